@@ -1,0 +1,28 @@
+# The two commands: `make run` and `make test`. Everything else is a helper.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts clean
+
+$(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
+	bash scripts/bootstrap.sh
+
+setup: $(VENV)/.installed
+
+## Start the whole stack locally (redis, llama.cpp server, STT, brain, TTS, gateway).
+run: setup
+	$(PY) -m voicebot.devstack
+
+## Run the test suite (unit, integration, end-to-end with real models).
+test: setup
+	bash scripts/test.sh
+
+protos: setup
+	$(PY) -m voicebot.protogen
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GatewaySettings(BaseSettings):
+    """GATEWAY_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    log_level: str = "INFO"
+    log_json: bool = True
+    # Comma-separated TOKEN=USER_ID pairs. The user id comes only from here.
+    tokens: str = ""
+    stt_addr: str = "127.0.0.1:50051"
+    brain_addr: str = "127.0.0.1:50052"
+    tts_addr: str = "127.0.0.1:50053"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    session_ttl_s: int = 24 * 3600
+    # Largest binary audio frame (bytes) and text message (characters) accepted.
+    max_audio_frame_bytes: int = 32_000
+    max_text_chars: int = 2000
+    max_message_bytes: int = 64_000
+    # Audio frames waiting for STT before the client is told to slow down.
+    max_pending_audio_frames: int = 500
+    # Rate of the audio the gateway sends (PCM16 mono).
+    output_sample_rate: int = 16000
+    # How long a turn may wait on the brain before giving up.
+    turn_timeout_s: float = 60.0
+
+    def token_map(self) -> dict[str, str]:
+        pairs = {}
+        for item in self.tokens.split(","):
+            token, _, user = item.strip().partition("=")
+            if token and user:
+                pairs[token] = user
+        return pairs

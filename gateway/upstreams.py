@@ -1,0 +1,36 @@
+"""gRPC channels to STT, brain and TTS, opened once per gateway process."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from voicebot.v1 import brain_pb2_grpc, stt_pb2_grpc, tts_pb2_grpc
+
+
+class Upstreams:
+    def __init__(self, stt_addr: str, brain_addr: str, tts_addr: str) -> None:
+        self.addresses = {"stt": stt_addr, "brain": brain_addr, "tts": tts_addr}
+        self.channels = {name: grpc.aio.insecure_channel(addr) for name, addr in self.addresses.items()}
+        self.stt = stt_pb2_grpc.SpeechToTextStub(self.channels["stt"])
+        self.brain = brain_pb2_grpc.BrainStub(self.channels["brain"])
+        self.tts = tts_pb2_grpc.TextToSpeechStub(self.channels["tts"])
+
+    async def health(self, timeout: float = 1.0) -> dict[str, bool]:
+        async def check(name: str) -> bool:
+            stub = health_pb2_grpc.HealthStub(self.channels[name])
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+            except grpc.aio.AioRpcError:
+                return False
+            return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+        names = list(self.channels)
+        results = await asyncio.gather(*(check(n) for n in names))
+        return dict(zip(names, results, strict=True))
+
+    async def close(self) -> None:
+        for channel in self.channels.values():
+            await channel.close()

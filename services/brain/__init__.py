@@ -1,0 +1,1 @@
+"""The brain: an agent loop over any OpenAI-compatible LLM server, sessions in Redis."""

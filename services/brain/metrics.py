@@ -1,0 +1,13 @@
+from prometheus_client import Counter, Histogram
+
+from voicebot.common.metrics import LATENCY_BUCKETS
+
+LLM_FALLBACKS = Counter("voicebot_llm_fallbacks_total", "Turns answered with the fallback sentence")
+LLM_TTFT_SECONDS = Histogram(
+    "voicebot_llm_ttft_seconds", "Time to first token of an LLM call", buckets=LATENCY_BUCKETS
+)
+LLM_CALL_SECONDS = Histogram(
+    "voicebot_llm_call_seconds", "Duration of an LLM call", buckets=LATENCY_BUCKETS
+)
+LLM_TOKENS = Counter("voicebot_llm_tokens_total", "Tokens reported by the LLM server", ["kind"])
+GUARD_BLOCKS = Counter("voicebot_guard_blocks_total", "Turns blocked by the topic guard")

@@ -1,0 +1,92 @@
+"""Conversation history per session in Redis.
+
+Keys are scoped by user *and* session, so another user's session id finds
+nothing: it looks exactly like a session that does not exist. Every write is
+a compare-and-set on a version number (WATCH/MULTI), so two replicas serving
+turns of one session concurrently cannot lose each other's updates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import WatchError
+
+
+@dataclass
+class Turn:
+    turn_id: str
+    user: str
+    assistant: str
+    interrupted: bool = False
+
+
+@dataclass
+class SessionHistory:
+    version: int = 0
+    turns: list[Turn] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str | None) -> SessionHistory:
+        if not raw:
+            return cls()
+        data = json.loads(raw)
+        return cls(data["version"], [Turn(**t) for t in data["turns"]])
+
+    def to_json(self) -> str:
+        return json.dumps({"version": self.version, "turns": [asdict(t) for t in self.turns]})
+
+    def mark_spoken(self, turn_id: str, spoken: str, interrupted: bool) -> bool:
+        """Keep only what the person heard of an earlier reply."""
+        for turn in reversed(self.turns):
+            if turn.turn_id == turn_id:
+                if interrupted:
+                    turn.assistant, turn.interrupted = spoken, True
+                return True
+        return False
+
+
+class SessionStore:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int, max_turns: int = 200) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+        self.max_turns = max_turns
+
+    @staticmethod
+    def key(user_id: str, session_id: str) -> str:
+        return f"vb:brain:{{{user_id}:{session_id}}}:history"
+
+    async def load(self, user_id: str, session_id: str) -> SessionHistory:
+        return SessionHistory.from_json(await self.redis.get(self.key(user_id, session_id)))
+
+    async def update(
+        self,
+        user_id: str,
+        session_id: str,
+        change: Callable[[SessionHistory], Any],
+        attempts: int = 20,
+    ) -> SessionHistory:
+        """Apply ``change`` atomically; re-read and re-apply when another writer got there first."""
+        key = self.key(user_id, session_id)
+        for _ in range(attempts):
+            async with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    await pipe.watch(key)
+                    history = SessionHistory.from_json(await pipe.get(key))
+                    change(history)
+                    history.turns = history.turns[-self.max_turns:]
+                    history.version += 1
+                    pipe.multi()
+                    pipe.set(key, history.to_json(), ex=self.ttl_s)
+                    await pipe.execute()
+                    return history
+                except WatchError:
+                    continue
+        raise RuntimeError(f"session {session_id}: too much write contention")
+
+    async def append_turn(self, user_id: str, session_id: str, turn: Turn) -> SessionHistory:
+        return await self.update(user_id, session_id, lambda h: h.turns.append(turn))

@@ -1,0 +1,1 @@
+"""Speech-to-text service: faster-whisper behind a Silero VAD endpointer."""

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from voicebot.common.config import ServiceSettings
+
+
+class SttSettings(ServiceSettings):
+    """STT_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="STT_", extra="ignore")
+
+    port: int = 50051
+    metrics_port: int = 9101
+    # "base" (multilingual, packaged), "tiny.en" (English, packaged) or a CTranslate2 model folder.
+    model: str = "base"
+    device: str = "cpu"
+    compute_type: str = "int8"
+    # CTranslate2 threads per decode and concurrent decodes; together they
+    # should not exceed the cores the pod has.
+    cpu_threads: int = 2
+    workers: int = 1
+    # Where joined model files are cached (the base model ships in two parts).
+    model_cache_dir: str = "~/.cache/voicebot/models"
+    default_language: str = "en"
+    beam_size: int = 1
+    # Endpointing (Silero VAD on 32 ms frames).
+    vad_model_path: str = ""
+    vad_threshold: float = 0.5
+    vad_neg_threshold: float = 0.35
+    min_speech_ms: int = 64
+    min_silence_ms: int = 320
+    pre_roll_ms: int = 200
+    max_utterance_s: float = 15.0
+    # Bytes of audio accepted in one request message.
+    max_chunk_bytes: int = 192_000

@@ -1,0 +1,14 @@
+from prometheus_client import Counter, Gauge, Histogram
+
+from voicebot.common.metrics import LATENCY_BUCKETS
+
+SYNTH_SECONDS = Histogram(
+    "voicebot_tts_synthesis_seconds", "Piper synthesis time per sentence", buckets=LATENCY_BUCKETS
+)
+FIRST_AUDIO_SECONDS = Histogram(
+    "voicebot_tts_first_audio_seconds",
+    "From a sentence being complete to its first audio chunk",
+    buckets=LATENCY_BUCKETS,
+)
+ACTIVE_STREAMS = Gauge("voicebot_tts_active_streams", "Open StreamingSynthesize calls")
+SENTENCE_ERRORS = Counter("voicebot_tts_sentence_errors_total", "Sentences that failed")

@@ -1,0 +1,123 @@
+"""The gateway's WebSocket protocol against the real services (scripted LLM, real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+import websockets
+
+from gateway.cli import call
+from tests.fakes.fake_llm import last_user_text
+
+pytestmark = pytest.mark.integration
+
+
+async def connect(services, token="tok-alice"):
+    return await websockets.connect(services.ws_url, additional_headers={"Authorization": f"Bearer {token}"})
+
+
+async def start_session(ws, session_id=None, rate=16000) -> dict:
+    await ws.send(json.dumps({"type": "session.start", "session_id": session_id, "language": "en",
+                              "audio": {"encoding": "pcm16", "sample_rate": rate}}))
+    return json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+
+async def next_event(ws, timeout=10.0) -> dict:
+    while True:
+        message = await asyncio.wait_for(ws.recv(), timeout)
+        if isinstance(message, str):
+            return json.loads(message)
+
+
+async def test_typed_turn_streams_reply_audio_and_metrics(services, scripted_llm):
+    scripted_llm.script = lambda body: f"You said {last_user_text(body)}. Anything else?"
+    result = await call(services.ws_url, "tok-alice", text="a table for two")
+
+    assert result.replies == ["You said a table for two. Anything else?"]
+    kinds = result.events
+    assert kinds.index("reply.delta") < kinds.index("reply.done")
+    assert kinds.index("audio.start") < kinds.index("audio.end") < kinds.index("turn.metrics")
+    assert len(result.audio) / 2 / result.audio_rate > 0.5
+    metrics = result.metrics[0]
+    assert metrics["llm_ttft"] is not None and metrics["tts_ttfa"] is not None
+    assert metrics["voice_to_voice"] >= metrics["llm_ttft"]
+
+
+async def test_history_carries_into_the_next_turn(services, scripted_llm):
+    async with await connect(services) as ws:
+        await start_session(ws)
+        for text in ("my name is Jamie", "what is my name"):
+            await ws.send(json.dumps({"type": "input.text", "text": text}))
+            while (await next_event(ws))["type"] != "turn.metrics":
+                pass
+    second = scripted_llm.requests[-1]["messages"]
+    contents = [m["content"] for m in second]
+    assert contents[0].startswith("You are")  # system prompt first
+    assert "my name is Jamie" in contents and contents[-1] == "what is my name"
+
+
+async def test_bad_messages_get_errors_and_the_session_goes_on(services, scripted_llm):
+    async with await connect(services) as ws:
+        await ws.send(b"\x00\x01" * 10)  # audio before session.start
+        assert (await next_event(ws))["code"] == "bad_request"
+        await ws.send("{not json")
+        assert (await next_event(ws))["code"] == "bad_request"
+        await start_session(ws)
+        await ws.send(json.dumps({"type": "dance"}))
+        assert (await next_event(ws)) == {"type": "error", "code": "bad_request",
+                                          "message": "unknown message type 'dance'"}
+        await ws.send(b"\x00" * 40_000)
+        assert (await next_event(ws))["code"] == "payload_too_large"
+        await ws.send(json.dumps({"type": "input.text", "text": ""}))
+        assert (await next_event(ws))["code"] == "bad_request"
+        await ws.send(json.dumps({"type": "input.text", "text": "still there?"}))
+        assert (await next_event(ws))["type"] == "reply.delta"
+
+
+async def test_bad_token_is_closed_with_4401(services):
+    ws = await connect(services, token="wrong")
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await ws.recv()
+    assert closed.value.rcvd.code == 4401
+
+
+async def test_another_users_session_looks_like_no_session(services, scripted_llm):
+    async with await connect(services, "tok-alice") as ws:
+        session_id = (await start_session(ws))["session_id"]
+    async with await connect(services, "tok-bob") as ws:
+        stolen = await start_session(ws, session_id)
+    async with await connect(services, "tok-bob") as ws:
+        unknown = await start_session(ws, "s_does_not_exist")
+    assert stolen == unknown == {"type": "error", "code": "not_found", "message": "no such session"}
+    async with await connect(services, "tok-alice") as ws:
+        resumed = await start_session(ws, session_id)
+    assert resumed["session_id"] == session_id
+
+
+async def test_llm_down_speaks_the_fallback_and_the_call_goes_on(services, scripted_llm):
+    scripted_llm.fail_next = 100
+    async with await connect(services) as ws:
+        await start_session(ws)
+        await ws.send(json.dumps({"type": "input.text", "text": "hello?"}))
+        events = []
+        while (event := await next_event(ws, 30))["type"] != "turn.metrics":
+            events.append(event)
+        done = next(e for e in events if e["type"] == "reply.done")
+        assert "trouble" in done["text"]
+        scripted_llm.fail_next = 0
+        await ws.send(json.dumps({"type": "input.text", "text": "hello again"}))
+        while (event := await next_event(ws, 30))["type"] != "reply.done":
+            pass
+        assert "trouble" not in event["text"]
+
+
+async def test_health_readiness_and_metrics(services):
+    async with httpx.AsyncClient(base_url=services.http_url) as http:
+        assert (await http.get("/healthz")).json() == {"status": "ok"}
+        ready = (await http.get("/readyz")).json()
+        assert ready["ready"] and all(ready["checks"].values())
+        assert "voicebot_stage_seconds" in (await http.get("/metrics")).text
+        assert "microphone" in (await http.get("/")).text.lower() or "getUserMedia" in (await http.get("/")).text

@@ -1,0 +1,1 @@
+"""voicebot: shared code (config, logging, gRPC bootstrap, audio helpers) and generated stubs."""

@@ -1,0 +1,1 @@
+"""Code every service needs, written once."""

@@ -1,0 +1,107 @@
+"""The async gRPC server bootstrap every service uses.
+
+It adds the standard health service and server reflection, starts the
+Prometheus /metrics port, and on SIGTERM/SIGINT drains: health turns
+NOT_SERVING (load balancers stop sending), new calls are refused, and
+in-flight streams get ``drain_seconds`` to finish before they are cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from voicebot.common.config import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+# Large enough for a few seconds of 48 kHz audio in one message, small enough
+# that a hostile client cannot make us allocate much.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    port: int
+    metrics_port: int
+    health: health.aio.HealthServicer
+    service_names: list[str] = field(default_factory=list)
+
+    async def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ["", *self.service_names]:
+            await self.health.set(name, status)
+
+    async def drain(self, seconds: float) -> None:
+        await self.set_serving(False)
+        await self.server.stop(grace=seconds)
+
+
+async def start_server(
+    settings: ServiceSettings,
+    register: Callable[[grpc.aio.Server], list[str]],
+) -> RunningServer:
+    """Build, bind and start the server; ``register`` adds servicers and returns their full names."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    names = register(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME],
+        server,
+    )
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if port == 0:
+        raise RuntimeError(f"could not bind gRPC port {settings.host}:{settings.port}")
+    metrics_server, _ = start_http_server(settings.metrics_port, addr=settings.host)
+    metrics_port = metrics_server.server_port
+    await server.start()
+    running = RunningServer(server, port, metrics_port, health_servicer, names)
+    await running.set_serving(True)
+    return running
+
+
+async def serve_forever(
+    service: str,
+    settings: ServiceSettings,
+    register: Callable[[grpc.aio.Server], list[str]],
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT, then drain gracefully. Prints one READY line for launchers."""
+    running = await start_server(settings, register)
+    log.info(
+        "serving",
+        extra={"grpc_port": running.port, "metrics_port": running.metrics_port},
+    )
+    # Launchers (make run, tests) wait for this exact line on stdout.
+    print(f"READY {service} grpc={running.port} metrics={running.metrics_port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("draining", extra={"grace_seconds": settings.drain_seconds})
+    await running.drain(settings.drain_seconds)
+    if on_stop is not None:
+        await on_stop()
+    log.info("stopped")

@@ -1,0 +1,10 @@
+"""Prometheus names shared by several services (DESIGN 4.4)."""
+
+from __future__ import annotations
+
+# Resolves 10 ms to 10 s: a voice turn's stages live in this range.
+LATENCY_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8,
+    1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
+)
+STAGES = ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")

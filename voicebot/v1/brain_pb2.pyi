@@ -1,0 +1,90 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SpokenPart(_message.Message):
+    __slots__ = ("turn_id", "text", "interrupted")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
+    turn_id: str
+    text: str
+    interrupted: bool
+    def __init__(self, turn_id: _Optional[str] = ..., text: _Optional[str] = ..., interrupted: _Optional[bool] = ...) -> None: ...
+
+class RespondRequest(_message.Message):
+    __slots__ = ("session_id", "turn_id", "user_id", "text", "language", "previous_reply")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_REPLY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    turn_id: str
+    user_id: str
+    text: str
+    language: str
+    previous_reply: SpokenPart
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., user_id: _Optional[str] = ..., text: _Optional[str] = ..., language: _Optional[str] = ..., previous_reply: _Optional[_Union[SpokenPart, _Mapping]] = ...) -> None: ...
+
+class TextDelta(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ToolActivity(_message.Message):
+    __slots__ = ("tool", "status", "detail")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    tool: str
+    status: str
+    detail: str
+    def __init__(self, tool: _Optional[str] = ..., status: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class Handoff(_message.Message):
+    __slots__ = ("reason", "summary")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    summary: str
+    def __init__(self, reason: _Optional[str] = ..., summary: _Optional[str] = ...) -> None: ...
+
+class Final(_message.Message):
+    __slots__ = ("text", "dialog_state", "fallback")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DIALOG_STATE_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    dialog_state: str
+    fallback: bool
+    def __init__(self, text: _Optional[str] = ..., dialog_state: _Optional[str] = ..., fallback: _Optional[bool] = ...) -> None: ...
+
+class Blocked(_message.Message):
+    __slots__ = ("text", "reason")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    reason: str
+    def __init__(self, text: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RespondEvent(_message.Message):
+    __slots__ = ("turn_id", "delta", "tool", "handoff", "final", "blocked")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    turn_id: str
+    delta: TextDelta
+    tool: ToolActivity
+    handoff: Handoff
+    final: Final
+    blocked: Blocked
+    def __init__(self, turn_id: _Optional[str] = ..., delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool: _Optional[_Union[ToolActivity, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., blocked: _Optional[_Union[Blocked, _Mapping]] = ...) -> None: ...
