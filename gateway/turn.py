@@ -33,6 +33,7 @@ class TurnTimings:
     brain_request: float | None = None
     first_delta: float | None = None
     first_tts_text: float | None = None
+    first_sentence_ready: float | None = None
     first_audio: float | None = None
 
     def stages_ms(self) -> dict[str, int | None]:
@@ -43,7 +44,9 @@ class TurnTimings:
             "endpoint": span(self.speech_end, self.end_of_utterance),
             "stt": span(self.end_of_utterance, self.final_transcript),
             "llm_ttft": span(self.brain_request, self.first_delta),
-            "tts_ttfa": span(self.first_tts_text, self.first_audio),
+            # From the first complete sentence reaching TTS to its first audio: the
+            # time spent waiting for the LLM to finish that sentence is not TTS's.
+            "tts_ttfa": span(self.first_sentence_ready or self.first_tts_text, self.first_audio),
             "voice_to_voice": span(self.speech_end or self.brain_request, self.first_audio),
         }
 
@@ -188,6 +191,8 @@ class TurnRunner:
         async for event in call:
             kind = event.WhichOneof("event")
             if kind == "sentence_started":
+                if timings.first_sentence_ready is None:
+                    timings.first_sentence_ready = time.perf_counter()
                 spoken.sentence_started(event.sentence_started.text)
             elif kind == "audio":
                 if not started:

