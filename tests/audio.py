@@ -20,6 +20,9 @@ def _engine():
 def _speech_16k(text: str) -> np.ndarray:
     engine = _engine()
     audio = np.concatenate(list(engine.synthesize(text)))
+    # Trim piper's own leading/trailing silence so the pauses a test adds are exact.
+    loud = np.where(np.abs(audio) > 0.02)[0]
+    audio = audio[max(0, loud[0] - 100): loud[-1] + 100]
     return resample(audio * 0.8, engine.sample_rate, 16000).astype(np.float32)
 
 

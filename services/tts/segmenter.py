@@ -60,8 +60,9 @@ class SentenceSegmenter:
             if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
                 return False
         if punct in ("...", "…"):
-            following = self._buffer[match.end():match.end() + 1]
-            return following[:1].isupper()
+            # "Wait... Really?" ends; "Well... I think" and "so... maybe" go on.
+            following = self._buffer[match.end():].split(" ", 1)[0]
+            return following[:1].isupper() and following != "I"
         return True
 
     def _clause_cut(self) -> int | None:

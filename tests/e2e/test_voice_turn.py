@@ -52,7 +52,8 @@ def test_spoken_booking_request_gets_a_spoken_reply(real_llm_gateway, booking_wa
         capture_output=True, text=True, timeout=180,
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
-    lines = dict(line.split(":", 1) for line in cli.stdout.splitlines() if line.startswith(("transcript", "reply:")))
+    lines = dict(line.split(":", 1) for line in cli.stdout.splitlines()
+                 if line.startswith(("transcript", "reply:")))
     transcript = lines["transcript"].lower()
     assert "book" in transcript and "table" in transcript
     assert lines["reply"].strip() not in ("", "-")

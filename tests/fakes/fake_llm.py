@@ -52,8 +52,10 @@ class FakeLLM:
                     await asyncio.sleep(self.delay_s)
                 words = reply.split(" ")
                 for i in range(0, len(words), self.chunk_words):
-                    piece = " ".join(words[i:i + self.chunk_words]) + (" " if i + self.chunk_words < len(words) else "")
-                    yield _sse({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+                    last = i + self.chunk_words >= len(words)
+                    piece = " ".join(words[i:i + self.chunk_words]) + ("" if last else " ")
+                    yield _sse({"choices": [{"index": 0, "delta": {"content": piece},
+                                             "finish_reason": None}]})
                 yield _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                             "usage": {"prompt_tokens": 10, "completion_tokens": len(words)}})
                 yield "data: [DONE]\n\n"
