@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TimeoutError, OSError) as exc:
         print(f"call failed: {exc!r} (is the stack running? `make run`)", file=sys.stderr)
         return 1
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - e.g. a 4401 close from a bad token
         print(f"call failed: {exc}", file=sys.stderr)
         return 1
     print(f"transcript: {' | '.join(result.transcripts) or '-'}")

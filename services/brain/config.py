@@ -23,10 +23,22 @@ class BrainSettings(ServiceSettings):
     llm_deadline_s: float = 8.0
     llm_first_token_timeout_s: float = 20.0
     fallback_text: str = "Sorry, I'm having trouble thinking right now. Could you say that again?"
+    blocked_text: str = "Sorry, I can only help with table reservations here."
+    # Code-enforced caps per turn; when one hits, one last call without tools answers.
+    max_llm_calls: int = 4
+    max_turn_tokens: int = 600
+    max_turn_seconds: float = 20.0
+    # The topic guard: a short parallel classification call. Its own server URL
+    # lets it use a second model instance so the main prompt's cache stays warm.
+    guard_enabled: bool = True
+    guard_llm_base_url: str = ""
+    guard_timeout_s: float = 4.0
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Turns kept in full in the prompt; older ones are dropped from the prompt
     # but stay in Redis until the session expires.
-    history_turns: int = 8
+    history_turns: int = 24
+    # Turns kept in full (with tool calls); older ones shrink to question and answer.
+    recent_turns: int = 4
     session_ttl_s: int = 24 * 3600
     # What this bot is for (used by the prompt and, later, the topic guard).
     domain: str = "taking table reservations for a restaurant"

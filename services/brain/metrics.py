@@ -11,3 +11,8 @@ LLM_CALL_SECONDS = Histogram(
 )
 LLM_TOKENS = Counter("voicebot_llm_tokens_total", "Tokens reported by the LLM server", ["kind"])
 GUARD_BLOCKS = Counter("voicebot_guard_blocks_total", "Turns blocked by the topic guard")
+TOOL_CALLS = Counter("voicebot_tool_calls_total", "Tool calls by outcome", ["tool", "outcome"])
+TOOL_SECONDS = Histogram("voicebot_tool_seconds", "Tool run time, retries included", ["tool"],
+                         buckets=LATENCY_BUCKETS)
+GUARD_SECONDS = Histogram("voicebot_guard_seconds", "Topic guard verdict time", buckets=LATENCY_BUCKETS)
+LOOP_STOPS = Counter("voicebot_agent_loop_stops_total", "Tool loops stopped by a cap", ["cap"])

@@ -10,8 +10,10 @@ import redis.asyncio as aioredis
 
 from services.brain.agent import Agent
 from services.brain.config import BrainSettings
+from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.session_store import SessionStore
+from services.brain.tools import ToolRegistry
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
@@ -43,18 +45,33 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
             yield event
 
 
-def build_agent(settings: BrainSettings) -> tuple[Agent, OpenAIChatClient, aioredis.Redis]:
-    chat = OpenAIChatClient(
-        settings.llm_base_url, settings.llm_model, settings.llm_api_key,
-        settings.llm_max_tokens, settings.llm_temperature,
+def chat_client(settings: BrainSettings, base_url: str, temperature: float) -> OpenAIChatClient:
+    return OpenAIChatClient(
+        base_url, settings.llm_model, settings.llm_api_key, settings.llm_max_tokens, temperature,
         settings.llm_deadline_s, settings.llm_first_token_timeout_s,
     )
+
+
+def build_agent(settings: BrainSettings) -> tuple[Agent, list[OpenAIChatClient], aioredis.Redis]:
+    chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature)
+    clients = [chat]
+    guard = None
+    if settings.guard_enabled:
+        guard_chat = chat_client(settings, settings.guard_llm_base_url or settings.llm_base_url, 0.0)
+        clients.append(guard_chat)
+        guard = TopicGuard(guard_chat, settings.domain, settings.guard_timeout_s)
     redis = aioredis.Redis.from_url(settings.redis_url)
-    return Agent(settings, chat, SessionStore(redis, settings.session_ttl_s)), chat, redis
+    store = SessionStore(redis, settings.session_ttl_s)
+    return Agent(settings, chat, store, tools=build_tools(settings), guard=guard), clients, redis
+
+
+def build_tools(_settings: BrainSettings) -> ToolRegistry:
+    """The tools this deployment offers (none yet: the reservation demo plugs in here)."""
+    return ToolRegistry()
 
 
 async def run(settings: BrainSettings) -> None:
-    agent, chat, redis = build_agent(settings)
+    agent, clients, redis = build_agent(settings)
     await redis.ping()  # fail at start, not at the first turn, when Redis is missing
 
     def register(server: grpc.aio.Server) -> list[str]:
@@ -62,7 +79,8 @@ async def run(settings: BrainSettings) -> None:
         return [brain_pb2.DESCRIPTOR.services_by_name["Brain"].full_name]
 
     async def on_stop() -> None:
-        await chat.aclose()
+        for client in clients:
+            await client.aclose()
         await redis.aclose()
 
     await serve_forever("brain", settings, register, on_stop)

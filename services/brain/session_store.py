@@ -23,22 +23,27 @@ class Turn:
     user: str
     assistant: str
     interrupted: bool = False
+    # This turn's assistant tool-call messages and tool results, in order.
+    steps: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
 class SessionHistory:
     version: int = 0
     turns: list[Turn] = field(default_factory=list)
+    # Dialog state (slots, pending action, ...): rendered as the prompt's last block.
+    state: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, raw: bytes | str | None) -> SessionHistory:
         if not raw:
             return cls()
         data = json.loads(raw)
-        return cls(data["version"], [Turn(**t) for t in data["turns"]])
+        return cls(data["version"], [Turn(**t) for t in data["turns"]], data.get("state", {}))
 
     def to_json(self) -> str:
-        return json.dumps({"version": self.version, "turns": [asdict(t) for t in self.turns]})
+        return json.dumps({"version": self.version, "turns": [asdict(t) for t in self.turns],
+                           "state": self.state})
 
     def mark_spoken(self, turn_id: str, spoken: str, interrupted: bool) -> bool:
         """Keep only what the person heard of an earlier reply."""
@@ -88,5 +93,29 @@ class SessionStore:
                     continue
         raise RuntimeError(f"session {session_id}: too much write contention")
 
-    async def append_turn(self, user_id: str, session_id: str, turn: Turn) -> SessionHistory:
-        return await self.update(user_id, session_id, lambda h: h.turns.append(turn))
+    async def append_turn(self, user_id: str, session_id: str, turn: Turn,
+                          state: dict[str, Any] | None = None) -> SessionHistory:
+        def change(history: SessionHistory) -> None:
+            history.turns.append(turn)
+            if state is not None:
+                history.state = state
+
+        return await self.update(user_id, session_id, change)
+
+    @staticmethod
+    def records_key(user_id: str, session_id: str) -> str:
+        return f"vb:brain:{{{user_id}:{session_id}}}:records"
+
+    async def add_record(self, user_id: str, session_id: str, record: dict[str, Any],
+                         max_records: int = 200) -> None:
+        """Per-turn record (LLM calls, tools, guard, final text): answers "why did it say that?"."""
+        key = self.records_key(user_id, session_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(key, {"record": json.dumps(record, default=str)}, maxlen=max_records,
+                      approximate=True)
+            pipe.expire(key, self.ttl_s)
+            await pipe.execute()
+
+    async def records(self, user_id: str, session_id: str) -> list[dict[str, Any]]:
+        entries = await self.redis.xrange(self.records_key(user_id, session_id))
+        return [json.loads(fields[b"record"]) for _, fields in entries]

@@ -25,7 +25,10 @@ from voicebot.devstack import free_port
 
 @dataclass
 class FakeLLM:
-    script: Callable[[dict[str, Any]], str] = lambda _body: "Sure, I can help with that."
+    """``script(body)`` returns the reply: a string, or a dict with optional "content",
+    "tool_calls" ([{"name", "arguments"}], arguments a string or an object) and "delay_s"."""
+
+    script: Callable[[dict[str, Any]], str | dict[str, Any]] = lambda _body: "Sure, I can help with that."
     fail_next: int = 0
     fail_status: int = 503
     delay_s: float = 0.0
@@ -46,11 +49,19 @@ class FakeLLM:
                 self.fail_next -= 1
                 return JSONResponse({"error": "scripted failure"}, status_code=self.fail_status)
             reply = self.script(body)
+            if isinstance(reply, str):
+                reply = {"content": reply}
+            content = reply.get("content") or ""
+            delay = reply.get("delay_s", self.delay_s)
 
             async def stream():
-                if self.delay_s:
-                    await asyncio.sleep(self.delay_s)
-                words = reply.split(" ")
+                if delay:
+                    await asyncio.sleep(delay)
+                for index, call in enumerate(reply.get("tool_calls") or []):
+                    for fragment in _call_fragments(index, call):
+                        yield _sse({"choices": [{"index": 0, "delta": {"tool_calls": [fragment]},
+                                                 "finish_reason": None}]})
+                words = content.split(" ") if content else []
                 for i in range(0, len(words), self.chunk_words):
                     last = i + self.chunk_words >= len(words)
                     piece = " ".join(words[i:i + self.chunk_words]) + ("" if last else " ")
@@ -84,6 +95,22 @@ class FakeLLM:
     def stop(self) -> None:
         if self._server:
             self._server.should_exit = True
+
+
+def _call_fragments(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
+    """A structured call split the way real servers stream it: name first, arguments in pieces."""
+    arguments = call.get("arguments", {})
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    head = {"index": index, "id": call.get("id", f"call_{index}_{time.monotonic_ns()}"),
+            "type": "function", "function": {"name": call["name"], "arguments": ""}}
+    middle = len(arguments) // 2
+    return [head] + [{"index": index, "function": {"arguments": piece}}
+                     for piece in (arguments[:middle], arguments[middle:]) if piece]
+
+
+def is_guard(body: dict[str, Any]) -> bool:
+    return body["messages"][0]["content"].startswith("You screen calls")
 
 
 def _sse(obj: dict[str, Any]) -> str:

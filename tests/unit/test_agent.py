@@ -1,102 +1,364 @@
-"""The brain's turn logic with a scripted model over HTTP and a real redis-server."""
+"""The brain's turn logic: scenarios with a scripted model over HTTP, fake tools and a real redis-server.
+
+Each test states a scenario and checks the record of what happened (LLM calls,
+tool runs, events, history), not the wording.
+"""
+
+from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import uuid
 
 import pytest
 import redis.asyncio as aioredis
 
-from services.brain.agent import Agent
+from services.brain.agent import Agent, LoopLimits
 from services.brain.config import BrainSettings
+from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.session_store import SessionStore, Turn
-from tests.fakes.fake_llm import last_user_text
+from services.brain.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
+from tests.fakes.fake_llm import is_guard, last_user_text
 from voicebot.v1 import brain_pb2
+
+SLOTS_SCHEMA = {"type": "object", "properties": {"day": {"type": "string"}, "people": {"type": "integer"}},
+                "required": ["day"], "additionalProperties": False}
+
+
+class ToolLog:
+    """Fake tools that record every run."""
+
+    def __init__(self):
+        self.runs: list[tuple[str, dict]] = []
+        self.started = {name: asyncio.Event() for name in ("find_slots", "opening_hours")}
+
+    def registry(self) -> ToolRegistry:
+        async def find_slots(ctx, day, people=2):
+            self.runs.append(("find_slots", {"day": day, "people": people}))
+            self.started["find_slots"].set()
+            # Concurrency check: finishes only if opening_hours runs at the same time (or alone).
+            await asyncio.wait_for(self.started["opening_hours"].wait(), 2) if self.pair else None
+            return {"slots": ["S1 Tuesday 19:00", "S2 Tuesday 20:30"]}
+
+        async def opening_hours(ctx):
+            self.runs.append(("opening_hours", {}))
+            self.started["opening_hours"].set()
+            await asyncio.wait_for(self.started["find_slots"].wait(), 2) if self.pair else None
+            return {"hours": "noon to ten"}
+
+        def create_booking(ctx, slot):
+            self.runs.append(("create_booking", {"slot": slot}))
+            return {"booked": slot}
+
+        self.pair = False
+        return ToolRegistry([
+            FunctionTool(ToolSpec("find_slots", "Find free tables", SLOTS_SCHEMA, ToolKind.READ_ONLY),
+                         find_slots),
+            FunctionTool(ToolSpec("opening_hours", "Opening hours", {"type": "object", "properties": {}},
+                                  ToolKind.READ_ONLY), opening_hours),
+            FunctionTool(ToolSpec("create_booking", "Book a slot", {
+                "type": "object", "properties": {"slot": {"type": "string"}}, "required": ["slot"]},
+                ToolKind.IRREVERSIBLE), create_booking),
+        ])
 
 
 @pytest.fixture
-async def agent_parts(redis_url, scripted_llm):
+async def brain(redis_url, scripted_llm):
     redis = aioredis.Redis.from_url(redis_url)
-    settings = BrainSettings(llm_base_url=scripted_llm.base_url, llm_deadline_s=0.5)
-    chat = OpenAIChatClient(settings.llm_base_url, "m", deadline_s=0.5)
-    store = SessionStore(redis, 60)
-    yield Agent(settings, chat, store), store, scripted_llm
-    await chat.aclose()
+    clients: list[OpenAIChatClient] = []
+    tools = ToolLog()
+
+    def make(guard=False, limits=None, clock=None, with_tools=True):
+        settings = BrainSettings(llm_base_url=scripted_llm.base_url, llm_deadline_s=0.5)
+        chat = OpenAIChatClient(settings.llm_base_url, "m", deadline_s=0.5)
+        clients.append(chat)
+        kwargs = {"clock": clock} if clock else {}
+        return Agent(settings, chat, SessionStore(redis, 60), tools=tools.registry() if with_tools else None,
+                     guard=TopicGuard(chat, settings.domain) if guard else None, limits=limits, **kwargs)
+
+    yield make, SessionStore(redis, 60), scripted_llm, tools
+    for chat in clients:
+        await chat.aclose()
     await redis.aclose()
 
 
-def request(text, session, turn="t1", previous=None):
-    return brain_pb2.RespondRequest(session_id=session, turn_id=turn, user_id="alice", text=text,
-                                    previous_reply=previous)
+def request(text, session=None, turn="t1", previous=None):
+    return brain_pb2.RespondRequest(session_id=session or uuid.uuid4().hex, turn_id=turn, user_id="alice",
+                                    text=text, previous_reply=previous)
 
 
 async def run(agent, req):
     return [e async for e in agent.respond(req)]
 
 
-async def test_reply_streams_and_the_turn_is_stored(agent_parts):
-    agent, store, llm = agent_parts
+def kinds(events):
+    return [e.WhichOneof("event") for e in events]
+
+
+def spoken(events):
+    return "".join(e.delta.text for e in events if e.WhichOneof("event") == "delta")
+
+
+def main_requests(llm):
+    return [r for r in llm.requests if not is_guard(r)]
+
+
+def tool_results(body):
+    return [json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+
+# ---- the basic turn -------------------------------------------------------
+async def test_reply_streams_and_the_turn_is_stored(brain):
+    make, store, llm, _ = brain
     llm.script = lambda b: f"Okay, {last_user_text(b)}."
-    session = uuid.uuid4().hex
-    events = await run(agent, request("two people", session))
-    kinds = [e.WhichOneof("event") for e in events]
-    assert kinds[-1] == "final" and set(kinds[:-1]) == {"delta"}
+    req = request("two people")
+    events = await run(make(), req)
+    assert kinds(events)[-1] == "final" and set(kinds(events)[:-1]) == {"delta"}
     assert events[-1].final.text == "Okay, two people."
-    history = await store.load("alice", session)
+    history = await store.load("alice", req.session_id)
     assert [(t.user, t.assistant) for t in history.turns] == [("two people", "Okay, two people.")]
 
 
-async def test_markdown_is_cleaned_from_the_stream(agent_parts):
-    agent, _, llm = agent_parts
+async def test_markdown_is_cleaned_from_the_stream(brain):
+    make, _, llm, _ = brain
     llm.script = lambda _b: "**Sure!** Here: `Tuesday` works."
-    events = await run(agent, request("hi", uuid.uuid4().hex))
-    assert events[-1].final.text == "Sure! Here: Tuesday works."
+    assert (await run(make(), request("hi")))[-1].final.text == "Sure! Here: Tuesday works."
 
 
-async def test_cancelled_turn_stores_nothing(agent_parts):
-    agent, store, llm = agent_parts
-    llm.delay_s = 2.0
-    session = uuid.uuid4().hex
-    task = asyncio.create_task(run(agent, request("hello", session)))
-    await asyncio.sleep(0.3)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert (await store.load("alice", session)).turns == []
-
-
-async def test_history_keeps_only_the_spoken_part_of_an_interrupted_reply(agent_parts):
-    agent, store, llm = agent_parts
-    llm.script = lambda _b: "Tuesday at ten works. Shall I book it?"
-    session = uuid.uuid4().hex
-    await run(agent, request("Tuesday?", session, "t1"))
-    spoken = brain_pb2.SpokenPart(turn_id="t1", text="Tuesday at ten", interrupted=True)
-    await run(agent, request("actually Wednesday", session, "t2", spoken))
-    history = await store.load("alice", session)
-    assert (history.turns[0].assistant, history.turns[0].interrupted) == ("Tuesday at ten", True)
-    prompt = [m["content"] for m in llm.requests[-1]["messages"]]
-    assert "Tuesday at ten ..." in prompt and "Shall I book it?" not in " ".join(prompt)
-
-
-async def test_llm_down_gives_the_fallback_sentence(agent_parts):
-    agent, _, llm = agent_parts
+async def test_llm_down_gives_the_fallback_sentence(brain):
+    make, _, llm, _ = brain
     llm.fail_next = 100
-    events = await run(agent, request("hello", uuid.uuid4().hex))
+    events = await run(make(), request("hello"))
     assert events[-1].final.fallback is True
     assert events[-1].final.text == BrainSettings().fallback_text
 
 
-async def test_another_users_history_is_invisible(agent_parts):
-    agent, store, _ = agent_parts
-    session = uuid.uuid4().hex
-    await run(agent, request("my secret is 42", session))
-    assert (await store.load("mallory", session)).turns == []
+# ---- tools and the loop's stops --------------------------------------------
+async def test_tool_call_then_answer(brain):
+    make, _, llm, tools = brain
+
+    def script(body):
+        if not tool_results(body):
+            return {"tool_calls": [{"name": "find_slots", "arguments": {"day": "Tuesday", "people": 2}}]}
+        return "Tuesday at seven or half past eight."
+
+    llm.script = script
+    events = await run(make(), request("a table Tuesday"))
+    assert tools.runs == [("find_slots", {"day": "Tuesday", "people": 2})]
+    assert [e.tool.status for e in events if e.WhichOneof("event") == "tool"] == ["started", "succeeded"]
+    assert spoken(events) == "Tuesday at seven or half past eight."
 
 
-async def test_concurrent_writers_lose_no_update(agent_parts):
-    _, store, _ = agent_parts
+async def test_loop_cap_then_one_last_call_without_tools(brain):
+    make, store, llm, tools = brain
+    calls = iter(range(100))
+    llm.script = lambda b: ("Here is what I found." if "tools" not in b else
+                            {"tool_calls": [{"name": "find_slots",
+                                             "arguments": {"day": f"day {next(calls)}"}}]})
+    req = request("anything free?")
+    events = await run(make(), req)
+    requests = main_requests(llm)
+    assert len(requests) == 4 and ["tools" in r for r in requests] == [True, True, True, False]
+    assert len(tools.runs) == 3
+    assert spoken(events) == "Here is what I found."
+    assert "answer the caller now" in requests[-1]["messages"][-1]["content"]
+    record = (await store.records("alice", req.session_id))[-1]
+    assert record["outcome"] == "completed" and len(record["llm_calls"]) == 4
+
+
+async def test_repeated_identical_call_is_not_run_twice(brain):
+    make, store, llm, tools = brain
+    llm.script = lambda b: ("Sorry, nothing is free." if "tools" not in b else
+                            {"tool_calls": [{"name": "find_slots",
+                                             "arguments": {"people": 2, "day": "Monday"}}]})
+    req = request("Monday?")
+    await run(make(), req)
+    assert tools.runs == [("find_slots", {"day": "Monday", "people": 2})]
+    assert len(main_requests(llm)) == 3  # call, repeat (refused), final without tools
+    assert (await store.records("alice", req.session_id))[-1]["stop"] == "repeated_call"
+
+
+async def test_wall_time_cap(brain):
+    make, _, llm, tools = brain
+    now = [0.0]
+
+    def clock():
+        now[0] += 30.0  # every look at the clock is half a minute later
+        return now[0]
+
+    llm.script = lambda b: ("Done." if "tools" not in b else
+                            {"tool_calls": [{"name": "find_slots", "arguments": {"day": str(now[0])}}]})
+    await run(make(clock=clock), request("slow?"))
+    # The first step's tool still runs (its result is what the answer is built from);
+    # then time is up and the next call is the last one, without tools.
+    assert ["tools" in r for r in main_requests(llm)] == [True, False]
+    assert len(tools.runs) == 1
+
+
+@pytest.mark.parametrize("written", [
+    '{"name": "find_slots", "arguments": {"day": "Friday"}}',
+    '<tool_call>\n{"name": "find_slots", "arguments": {"day": "Friday"}}\n</tool_call>',
+    '```json\n{"name": "find_slots", "arguments": "{\\"day\\": \\"Friday\\"}"}\n```',
+])
+async def test_tool_call_written_as_text_is_run_not_spoken(brain, written):
+    make, _, llm, tools = brain
+    llm.script = lambda b: "Friday works." if tool_results(b) else written
+    events = await run(make(), request("Friday?"))
+    assert tools.runs == [("find_slots", {"day": "Friday", "people": 2})]
+    assert spoken(events) == "Friday works."
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    ({"name": "find_slots", "arguments": "{day: Friday"}, "not valid JSON"),
+    ({"name": "find_slots", "arguments": {"day": 5}}, "day: 5 is not of type 'string'"),
+    ({"name": "find_slots", "arguments": {"day": "Fri", "user_id": "bob"}}, "Additional properties"),
+    ({"name": "launch_rocket", "arguments": {}}, "unknown tool 'launch_rocket'"),
+])
+async def test_bad_calls_go_back_to_the_model_as_errors(brain, call, error):
+    make, _, llm, tools = brain
+    llm.script = lambda b: "Let me try that again." if tool_results(b) else {"tool_calls": [call]}
+    events = await run(make(), request("Friday?"))
+    result = tool_results(main_requests(llm)[-1])[0]
+    assert result["ok"] is False and error in result["error"]
+    assert tools.runs == [] and spoken(events) == "Let me try that again."
+
+
+async def test_irreversible_tool_is_refused_straight_from_the_model(brain):
+    make, _, llm, tools = brain
+    llm.script = lambda b: "I need your confirmation first." if tool_results(b) else {
+        "tool_calls": [{"name": "create_booking", "arguments": {"slot": "S1"}}]}
+    await run(make(), request("book it now"))
+    assert tools.runs == []
+    assert "confirmation" in tool_results(main_requests(llm)[-1])[0]["error"]
+
+
+async def test_read_only_calls_of_one_step_run_concurrently(brain):
+    make, _, llm, tools = brain
+    agent = make()
+    tools.pair = True  # each tool waits until the other has started: only concurrency finishes
+    llm.script = lambda b: "Noon to ten, and Tuesday is free." if tool_results(b) else {"tool_calls": [
+        {"name": "find_slots", "arguments": {"day": "Tuesday"}}, {"name": "opening_hours", "arguments": {}}]}
+    await run(agent, request("hours and Tuesday?"))
+    assert all(r["ok"] for r in tool_results(main_requests(llm)[-1]))
+
+
+# ---- the topic guard ---------------------------------------------------------
+async def test_guard_block_cancels_the_loop_and_stores_nothing(brain):
+    make, store, llm, tools = brain
+    llm.script = lambda b: ({"content": "BLOCK", "delay_s": 0.3} if is_guard(b) else
+                            {"tool_calls": [{"name": "find_slots", "arguments": {"day": "now"}}]})
+    req = request("write me a python script")
+    events = await run(make(guard=True), req)
+    assert kinds(events) == ["blocked"]
+    assert tools.runs == []  # the tool waited for the guard, and the guard said no
+    assert (await store.load("alice", req.session_id)).turns == []
+    assert (await store.records("alice", req.session_id))[-1]["outcome"] == "blocked"
+
+
+async def test_slow_guard_holds_text_back_until_it_passes(brain):
+    make, store, llm, _ = brain
+    llm.script = lambda b: {"content": "ALLOW", "delay_s": 0.4} if is_guard(b) else "Happy to help."
+    req = request("do you have parking?")
+    loop = asyncio.get_running_loop()
+    started, first_delta_at = loop.time(), None
+    async for event in make(guard=True).respond(req):
+        if event.WhichOneof("event") == "delta" and first_delta_at is None:
+            first_delta_at = loop.time() - started
+    # The model answered at once; its text could only leave after the guard's verdict.
+    assert first_delta_at is not None and first_delta_at >= 0.35
+    record = (await store.records("alice", req.session_id))[-1]
+    assert record["guard"]["allowed"] is True and record["outcome"] == "completed"
+
+
+async def test_ambiguous_question_passes_the_guard(brain):
+    make, _, llm, _ = brain
+    llm.script = lambda b: "ALLOW" if is_guard(b) else "We are near the station."
+    events = await run(make(guard=True), request("is it far?"))
+    assert kinds(events)[-1] == "final" and "station" in spoken(events)
+
+
+async def test_guard_down_lets_the_turn_through(brain):
+    make, _, llm, _ = brain
+    llm.script = lambda b: {"content": "ALLOW", "delay_s": 10} if is_guard(b) else "Yes, we are open."
+    agent = make(guard=True)
+    agent.guard.timeout_s = 0.3
+    assert spoken(await run(agent, request("open today?"))) == "Yes, we are open."
+
+
+# ---- context, history, cancellation -------------------------------------------
+async def test_prompt_prefix_is_byte_stable_between_calls(brain):
+    make, _, llm, _ = brain
+    llm.script = lambda b: "Tuesday works." if b["messages"][-2]["role"] == "tool" else \
+        {"tool_calls": [{"name": "find_slots", "arguments": {"day": last_user_text(b)}}]}
+    agent, session = make(), uuid.uuid4().hex
+    for number, text in enumerate(["Tuesday?", "Wednesday?", "Thursday?"]):
+        await run(agent, request(text, session, f"t{number}"))
+    bodies = main_requests(llm)
+    assert len(bodies) == 6
+    for before, after in itertools.pairwise(bodies):
+        prefix = json.dumps(before["messages"][:-1], sort_keys=True)[:-1]  # all but the state block
+        assert json.dumps(after["messages"], sort_keys=True).startswith(prefix)
+        assert json.dumps(before.get("tools")) == json.dumps(after.get("tools")) or "tools" not in after
+
+
+async def test_history_has_no_orphan_tool_calls(brain):
+    make, store, llm, _ = brain
+    llm.script = lambda b: "Done." if tool_results(b) else {"tool_calls": [
+        {"name": "find_slots", "arguments": {"day": "Mon"}}, {"name": "nope", "arguments": {}}]}
+    req = request("Monday?")
+    await run(make(), req)
+    steps = (await store.load("alice", req.session_id)).turns[0].steps
+    call_ids = [c["id"] for s in steps if s["role"] == "assistant" for c in s["tool_calls"]]
+    result_ids = [s["tool_call_id"] for s in steps if s["role"] == "tool"]
+    assert call_ids and sorted(call_ids) == sorted(result_ids)
+
+
+async def test_cancelled_turn_stores_nothing_and_starts_no_tool(brain):
+    make, store, llm, tools = brain
+    llm.script = lambda _b: {"tool_calls": [{"name": "find_slots", "arguments": {"day": "x"}}],
+                             "delay_s": 1.0}
+    req = request("hello")
+    task = asyncio.create_task(run(make(), req))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(1.0)  # the LLM's scripted answer would have arrived by now
+    assert tools.runs == []
+    assert (await store.load("alice", req.session_id)).turns == []
+    assert (await store.records("alice", req.session_id))[-1]["outcome"] == "cancelled"
+
+
+async def test_history_keeps_only_the_spoken_part_of_an_interrupted_reply(brain):
+    make, store, llm, _ = brain
+    llm.script = lambda _b: "Tuesday at ten works. Shall I book it?"
+    agent, session = make(), uuid.uuid4().hex
+    await run(agent, request("Tuesday?", session, "t1"))
+    heard = brain_pb2.SpokenPart(turn_id="t1", text="Tuesday at ten", interrupted=True)
+    await run(agent, request("actually Wednesday", session, "t2", heard))
+    history = await store.load("alice", session)
+    assert (history.turns[0].assistant, history.turns[0].interrupted) == ("Tuesday at ten", True)
+    prompt = [m["content"] for m in main_requests(llm)[-1]["messages"]]
+    assert "Tuesday at ten ..." in prompt and "Shall I book it?" not in " ".join(prompt)
+
+
+async def test_another_users_history_is_invisible(brain):
+    make, store, _, _ = brain
+    req = request("my secret is 42")
+    await run(make(), req)
+    assert (await store.load("mallory", req.session_id)).turns == []
+
+
+async def test_concurrent_writers_lose_no_update(brain):
+    _, store, _, _ = brain
     session = uuid.uuid4().hex
     await asyncio.gather(*(store.append_turn("alice", session, Turn(f"t{i}", "q", "a")) for i in range(20)))
     history = await store.load("alice", session)
     assert sorted(t.turn_id for t in history.turns) == sorted(f"t{i}" for i in range(20))
     assert history.version == 20
+
+
+def test_limits_default_to_four_llm_calls():
+    assert LoopLimits().max_llm_calls == 4 == BrainSettings().max_llm_calls

@@ -1,0 +1,69 @@
+"""The topic guard: a separate, short classification call that runs beside the main loop.
+
+It answers one word, ALLOW or BLOCK. Anything it does not clearly block
+passes (ambiguous and borderline questions must get through), and so does a
+guard that fails or is slow past its timeout: the guard protects the domain,
+it must never take the call down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
+from services.brain.metrics import GUARD_SECONDS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    allowed: bool
+    reason: str
+    seconds: float
+
+
+def guard_prompt(domain: str) -> str:
+    # Fixed text per domain: the guard's own prefix stays cached on the LLM server.
+    return (
+        f"You screen calls for a voice assistant that is {domain}. "
+        "Decide if the caller's message may belong in such a call. ALLOW greetings, small talk, "
+        "questions about the business, yes/no answers, names, dates, times, numbers, requests for "
+        "a human, and anything ambiguous or partly related. BLOCK only requests that are clearly "
+        "about something else, such as writing code, homework, medical or legal advice, or "
+        "politics. Reply with exactly one word: ALLOW or BLOCK."
+    )
+
+
+class TopicGuard:
+    def __init__(self, chat: ChatFunction, domain: str, timeout_s: float = 4.0) -> None:
+        self.chat = chat
+        self.system = guard_prompt(domain)
+        self.timeout_s = timeout_s
+
+    async def check(self, text: str) -> GuardVerdict:
+        started = time.perf_counter()
+        messages = [{"role": "system", "content": self.system},
+                    {"role": "user", "content": f"Caller said: {text}"}]
+        try:
+            answer = await asyncio.wait_for(self._ask(messages), self.timeout_s)
+        except (LLMUnavailable, LLMRequestError, TimeoutError) as exc:
+            log.warning("guard unavailable; letting the turn through", extra={"error": repr(exc)})
+            return self._verdict(True, "guard unavailable", started)
+        blocked = "BLOCK" in answer.upper() and "ALLOW" not in answer.upper()
+        return self._verdict(not blocked, answer.strip()[:20] or "empty", started)
+
+    async def _ask(self, messages) -> str:
+        parts: list[str] = []
+        async for chunk in self.chat(messages, max_tokens=3):
+            parts.append(chunk.text)
+        return "".join(parts)
+
+    @staticmethod
+    def _verdict(allowed: bool, reason: str, started: float) -> GuardVerdict:
+        seconds = time.perf_counter() - started
+        GUARD_SECONDS.observe(seconds)
+        return GuardVerdict(allowed, reason, seconds)
