@@ -24,5 +24,9 @@ protos: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+## Benchmarks (print a table and JSON; not timed tests).
+bench-brain: setup
+	$(PY) -m services.brain.bench
+
 clean:
 	rm -rf $(VENV) .pytest_cache

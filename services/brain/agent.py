@@ -237,7 +237,7 @@ class Agent:
         """One streamed LLM call; returns (its text, its tool calls), or None after a fallback."""
         text_calls = TextToolCallFilter()
         structured = StructuredCallAccumulator()
-        cleaner = SpokenTextCleaner()
+        cleaner = SpokenTextCleaner(turn.request.language or "en")
         said: list[str] = []
         started = time.perf_counter()
         call_record: dict[str, Any] = {"messages": len(messages), "tools": use_tools}
@@ -253,8 +253,9 @@ class Agent:
                     await self._say(turn, events, speakable, new_part=not said)
                     said.append(speakable)
             rest, recovered = text_calls.finish()
+            rest = cleaner.clean(rest) + cleaner.flush()
             if rest.strip():
-                await self._say(turn, events, cleaner.clean(rest), new_part=not said)
+                await self._say(turn, events, rest, new_part=not said)
                 said.append(rest)
         except (LLMUnavailable, LLMRequestError) as exc:
             level = logging.ERROR if isinstance(exc, LLMRequestError) else logging.WARNING

@@ -1,0 +1,156 @@
+"""Brain benchmark (``make bench-brain``): prefix-cache and topic-guard effects on TTFT.
+
+Against the local llama.cpp server (started here, on free ports), in one run:
+
+- warm:       turn N of a session whose previous prompt is cached (stable context order)
+- perturbed:  the same turn with one byte changed at the start of the prompt (cache miss)
+- guard-same: warm, with the topic guard running in parallel on the *same* server
+- guard-own:  warm, with the guard on its own server instance (the CPU default's design)
+
+Prints a table and JSON with TTFT p50/p95 per case and the ratios the issue asks for
+(warm/perturbed ≤ 0.3, guard overhead ≤ 10 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from services.brain.context import build_messages
+from services.brain.guard import TopicGuard
+from services.brain.llm import OpenAIChatClient
+from services.brain.prompts import system_prompt
+from services.brain.session_store import Turn
+from voicebot.devstack import Stack, free_port
+
+DOMAIN = "taking table reservations for a restaurant"
+HISTORY = [
+    ("Hi, I'd like to book a table.", "Sure. For which day?"),
+    ("Saturday evening.", "Saturday works. How many people?"),
+    ("Four of us.", "Four people on Saturday. What time would you like?"),
+    ("Around eight.", "Eight is free. May I have your name?"),
+    ("It's Jamie.", "Thanks, Jamie. Anything else I should note?"),
+    ("A high chair, please.", "Noted, one high chair."),
+]
+QUESTIONS = ["Is there parking nearby?", "Can we sit outside?", "Do you have vegetarian dishes?",
+             "Can I bring a cake?", "Is the terrace heated?", "Do you take cards?"]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def ttft(chat: OpenAIChatClient, messages) -> float:
+    started = time.perf_counter()
+    async for chunk in chat(messages, max_tokens=8):
+        if chunk.text.strip():
+            return time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def turn_messages(system: str, turns: int, question: str) -> list[dict]:
+    history = [Turn(f"t{i}", q, a) for i, (q, a) in enumerate(HISTORY[:turns])]
+    return build_messages(system, history, question, [], {"dialog_state": "listen"})
+
+
+async def measure(main: OpenAIChatClient, guard_same: TopicGuard, guard_own: TopicGuard | None,
+                  rounds: int) -> dict[str, list[float]]:
+    system = system_prompt("Joe", DOMAIN)
+    results: dict[str, list[float]] = {"warm": [], "perturbed": [], "guard-same": [], "guard-own": []}
+    for index in range(rounds):
+        question = QUESTIONS[index % len(QUESTIONS)]
+        prime = turn_messages(system, 5, HISTORY[5][0])
+        full = turn_messages(system, 6, question)
+        cases = [("warm", None), ("guard-same", guard_same), ("guard-own", guard_own), ("perturbed", None)]
+        for name, guard in cases:
+            if name == "guard-own" and guard is None:
+                continue
+            await ttft(main, prime)  # the previous turn's prompt is what the server has cached
+            messages = full
+            if name == "perturbed":
+                messages = [{"role": "system", "content": f"[{index}] " + system}, *full[1:]]
+            if guard is not None:
+                check = asyncio.create_task(guard.check(question))
+                await asyncio.sleep(0)  # the guard starts first, as in the agent
+                results[name].append(await ttft(main, messages))
+                await check
+            else:
+                results[name].append(await ttft(main, messages))
+            print(f"  round {index + 1}/{rounds} {name}: {results[name][-1] * 1000:.0f} ms",
+                  file=sys.stderr, flush=True)
+    return results
+
+
+def report(results: dict[str, list[float]]) -> dict:
+    summary = {name: {"p50_ms": round(statistics.median(v) * 1000),
+                      "p95_ms": round(percentile(v, 0.95) * 1000), "n": len(v)}
+               for name, v in results.items() if v}
+    warm = summary["warm"]["p50_ms"]
+    summary["ratios"] = {
+        "warm_over_perturbed": round(warm / summary["perturbed"]["p50_ms"], 3),
+        "guard_same_overhead": round(summary["guard-same"]["p50_ms"] / warm - 1, 3),
+    }
+    if "guard-own" in summary:
+        summary["ratios"]["guard_own_overhead"] = round(summary["guard-own"]["p50_ms"] / warm - 1, 3)
+    return summary
+
+
+def print_table(summary: dict) -> None:
+    print(f"{'case':<12} {'p50 ms':>8} {'p95 ms':>8} {'n':>3}")
+    for name, row in summary.items():
+        if name != "ratios":
+            print(f"{name:<12} {row['p50_ms']:>8} {row['p95_ms']:>8} {row['n']:>3}")
+    for name, value in summary["ratios"].items():
+        print(f"{name}: {value}")
+
+
+async def run(args) -> dict:
+    stack = Stack(Path(".run/bench-brain"), quiet=False)
+    clients: list[OpenAIChatClient] = []
+    try:
+        main_port = free_port()
+        stack.start_llm(main_port)
+        main = OpenAIChatClient(f"http://127.0.0.1:{main_port}/v1", "voicebot-llm", deadline_s=60,
+                                first_token_timeout_s=300)
+        clients.append(main)
+        guard_same = TopicGuard(main, DOMAIN, timeout_s=60)
+        guard_own = None
+        if not args.no_second_instance:
+            guard_port = free_port()
+            stack.start_llm(guard_port)
+            own = OpenAIChatClient(f"http://127.0.0.1:{guard_port}/v1", "voicebot-llm", deadline_s=60,
+                                   first_token_timeout_s=300)
+            clients.append(own)
+            guard_own = TopicGuard(own, DOMAIN, timeout_s=60)
+            await guard_own.check("warm up")
+        await guard_same.check("warm up")
+        return report(await measure(main, guard_same, guard_own, args.rounds))
+    finally:
+        for client in clients:
+            await client.aclose()
+        stack.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-second-instance", action="store_true")
+    parser.add_argument("--json", help="also write the JSON summary to this file")
+    args = parser.parse_args()
+    summary = asyncio.run(run(args))
+    print_table(summary)
+    print(json.dumps(summary))
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

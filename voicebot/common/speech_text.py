@@ -1,0 +1,104 @@
+"""Write numbers, times, money and ordinals the way people say them.
+
+Shared by the brain (its replies are for the ear) and TTS (any text it is
+given). English only; other languages pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+         "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+         "nineteen"]
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_ORDINAL_WORDS = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
+                  "nine": "ninth", "twelve": "twelfth"}
+
+
+def number_words(n: int) -> str:
+    if n < 0:
+        return "minus " + number_words(-n)
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        tens, ones = divmod(n, 10)
+        return _TENS[tens] + ("-" + _ONES[ones] if ones else "")
+    if n < 1000:
+        hundreds, rest = divmod(n, 100)
+        return _ONES[hundreds] + " hundred" + (" " + number_words(rest) if rest else "")
+    for size, name in ((10**9, "billion"), (10**6, "million"), (1000, "thousand")):
+        if n >= size:
+            high, rest = divmod(n, size)
+            return number_words(high) + f" {name}" + (" " + number_words(rest) if rest else "")
+    raise AssertionError("unreachable")
+
+
+def ordinal_words(n: int) -> str:
+    words = number_words(n)
+    head, _, last = words.rpartition("-") if "-" in words else words.rpartition(" ")
+    sep = "-" if "-" in words else " "
+    if last in _ORDINAL_WORDS:
+        last = _ORDINAL_WORDS[last]
+    elif last.endswith("y"):
+        last = last[:-1] + "ieth"
+    else:
+        last += "th"
+    return f"{head}{sep}{last}" if head else last
+
+
+def _time(match: re.Match[str]) -> str:
+    hour, minute = int(match["h"]), int(match["m"])
+    suffix = match["ampm"]
+    if hour > 24 or minute > 59:
+        return match[0]
+    if minute == 0:
+        spoken = number_words(hour) + ("" if suffix else " o'clock")
+    elif minute < 10:
+        spoken = f"{number_words(hour)} oh {number_words(minute)}"
+    else:
+        spoken = f"{number_words(hour)} {number_words(minute)}"
+    return spoken + (" " + _ampm(suffix) if suffix else "")
+
+
+def _ampm(raw: str) -> str:
+    # "p.m." at the end of a sentence carries the sentence's full stop: keep one.
+    return ("a m" if raw.lower().startswith("a") else "p m") + ("." if raw.endswith(".") else "")
+
+
+def _money(match: re.Match[str]) -> str:
+    units = int(match["units"].replace(",", ""))
+    cents = int((match["cents"] or "0").ljust(2, "0")[:2])
+    spoken = number_words(units) + (" dollar" if units == 1 else " dollars")
+    if cents:
+        spoken += " " + number_words(cents) + (" cent" if cents == 1 else " cents")
+    return spoken
+
+
+def _decimal(match: re.Match[str]) -> str:
+    whole, fraction = match["whole"].replace(",", ""), match["fraction"]
+    spoken = number_words(int(whole))
+    if fraction:
+        spoken += " point " + " ".join(_ONES[int(d)] for d in fraction)
+    return spoken
+
+
+_RULES: list[tuple[re.Pattern[str], object]] = [
+    (re.compile(r"\$(?P<units>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<cents>\d{1,2}))?\b"), _money),
+    (re.compile(r"\b(?P<h>\d{1,2}):(?P<m>\d{2})(?:\s*(?P<ampm>[ap]\.?\s?m\b\.?))?(?!\d)", re.I), _time),
+    (re.compile(r"\b(?P<h>\d{1,2})\s*(?P<ampm>[ap]\.?m\b\.?)", re.I),
+     lambda m: number_words(int(m["h"])) + " " + _ampm(m["ampm"])),
+    (re.compile(r"\b(?P<n>\d+)(?:st|nd|rd|th)\b"), lambda m: ordinal_words(int(m["n"]))),
+    (re.compile(r"\b(?P<n>\d+(?:\.\d+)?)\s?%"), lambda m: _decimal(re.match(
+        r"(?P<whole>\d+)(?:\.(?P<fraction>\d+))?", m["n"])) + " percent"),
+    (re.compile(r"\b(?P<whole>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<fraction>\d+))?\b"), _decimal),
+]
+
+
+def speakable(text: str, language: str = "en") -> str:
+    """Numbers, times, money, ordinals and percentages as words (English)."""
+    if not language.startswith("en"):
+        return text
+    for pattern, replace in _RULES:
+        text = pattern.sub(replace, text)  # type: ignore[arg-type]
+    return text
