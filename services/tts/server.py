@@ -111,7 +111,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             audio = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self._synthesize, sentence
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one bad sentence must not end the reply
             SENTENCE_ERRORS.inc()
             log.warning("sentence failed", extra={"index": index, "error": repr(exc)})
             yield tts_pb2.SynthesizeEvent(
