@@ -79,8 +79,11 @@ def server_command(host: str, port: int, n_ctx: int = 4096, threads: int | None 
         "--host", host, "--port", str(port),
         "--n_ctx", str(n_ctx),
         "--n_threads", str(threads or os.cpu_count() or 2),
-        # Reuse the previous prompt's KV cache: the system prompt is then free.
+        # Keep prompt states in a RAM cache (prefix reuse across calls of a session).
         "--cache", "true",
+        # The server's default aborts a running stream when another request arrives:
+        # a topic guard call would cut the main reply off mid-sentence. Queue instead.
+        "--interrupt_requests", "false",
     ]
 
 

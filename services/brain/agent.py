@@ -35,6 +35,7 @@ from services.brain.metrics import (
     LLM_TTFT_SECONDS,
     LOOP_STOPS,
 )
+from services.brain.policy import DialogPolicy, model_view
 from services.brain.prompts import system_prompt
 from services.brain.session_store import SessionHistory, SessionStore, Turn
 from services.brain.spoken import SpokenTextCleaner
@@ -96,6 +97,7 @@ class Agent:
                                            settings.max_turn_seconds)
         self.clock = clock
         self.system = system_prompt(settings.bot_name, settings.domain)
+        self.policy = DialogPolicy(self)
         self._background: set[asyncio.Task] = set()
 
     # ---- the turn ------------------------------------------------------
@@ -194,16 +196,19 @@ class Agent:
         reply = turn.reply() or self.settings.fallback_text
         turn.record["reply"] = reply
         # Reached only when the turn completed: nothing half-finished is stored.
-        await self.store.append_turn(request.user_id, request.session_id,
-                                     Turn(request.turn_id, request.text, reply, steps=turn.steps))
-        state = turn.history.state.get("dialog_state", "listen")
+        state = turn.history.state
+        state.pop("note", None)  # a note is for this turn's model calls only
+        stored = Turn(request.turn_id, request.text, reply, steps=turn.steps)
+        await self.store.append_turn(request.user_id, request.session_id, stored, state=state)
         return brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
-            text=reply, dialog_state=state, fallback=turn.fallback))
+            text=reply, dialog_state=state.get("dialog_state", "listen"), fallback=turn.fallback))
 
     # ---- the main loop -------------------------------------------------
     async def _main(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
         try:
-            await self._loop(turn, passed, events)
+            if not await self.policy.before_loop(turn, passed, events):
+                await self._loop(turn, passed, events)
+                await self.policy.after_loop(turn, events)
             if not turn.reply():
                 await self._say(turn, events, self.settings.fallback_text)
             await events.put(_END)
@@ -216,7 +221,7 @@ class Agent:
         for index in range(self.limits.max_llm_calls):
             last = index == self.limits.max_llm_calls - 1 or turn.stop is not None
             use_tools = len(self.tools) > 0 and not last
-            state = dict(turn.history.state)
+            state = model_view(turn.history.state)
             if not use_tools and turn.steps:
                 state["instruction"] = ANSWER_NOW
             messages = build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
@@ -274,6 +279,11 @@ class Agent:
         call_record["tool_calls"] = [c.name for c in calls]
         call_record["text_recovered"] = bool(recovered and not structured.calls())
         return "".join(said), calls
+
+    async def say(self, turn: TurnRun, events: asyncio.Queue, text: str) -> None:
+        """Code's own words (confirmations, handoff): spoken like the model's, for the ear."""
+        cleaner = SpokenTextCleaner(turn.request.language or "en")
+        await self._say(turn, events, cleaner.clean(text) + cleaner.flush(), new_part=True)
 
     async def _say(self, turn: TurnRun, events: asyncio.Queue, text: str, new_part: bool = False) -> None:
         if new_part and turn.spoken and not turn.spoken[-1].endswith(" "):

@@ -45,6 +45,7 @@ class ChatFunction(Protocol):
         *,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> AsyncIterator[ChatChunk]: ...
 
 
@@ -81,7 +82,7 @@ class OpenAIChatClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def payload(self, messages, tools, max_tokens) -> dict[str, Any]:
+    def payload(self, messages, tools, max_tokens, response_format=None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -92,6 +93,8 @@ class OpenAIChatClient:
         }
         if tools:
             body["tools"] = tools
+        if response_format:
+            body["response_format"] = response_format
         return body
 
     async def __call__(
@@ -100,8 +103,9 @@ class OpenAIChatClient:
         *,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> AsyncIterator[ChatChunk]:
-        body = self.payload(messages, tools, max_tokens)
+        body = self.payload(messages, tools, max_tokens, response_format)
         give_up_at = self._clock() + self.deadline_s
         delay = 0.25
         while True:

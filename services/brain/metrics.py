@@ -16,3 +16,4 @@ TOOL_SECONDS = Histogram("voicebot_tool_seconds", "Tool run time, retries includ
                          buckets=LATENCY_BUCKETS)
 GUARD_SECONDS = Histogram("voicebot_guard_seconds", "Topic guard verdict time", buckets=LATENCY_BUCKETS)
 LOOP_STOPS = Counter("voicebot_agent_loop_stops_total", "Tool loops stopped by a cap", ["cap"])
+HANDOFFS = Counter("voicebot_handoffs_total", "Calls handed to a human", ["reason"])

@@ -100,9 +100,10 @@ class ToolRegistry:
         return len(self._tools)
 
     def definitions(self) -> list[dict[str, Any]]:
-        """Sorted by name, keys in a fixed order: the prompt prefix must not move."""
+        """What the model is offered: sorted by name, keys in a fixed order (the prompt prefix
+        must not move). Irreversible tools are never offered: code runs them after a confirmation."""
         return [json.loads(json.dumps(self._tools[n].spec.definition(), sort_keys=True))
-                for n in sorted(self._tools)]
+                for n in sorted(self._tools) if self._tools[n].spec.kind is not ToolKind.IRREVERSIBLE]
 
     def specs(self) -> list[ToolSpec]:
         return [self._tools[n].spec for n in sorted(self._tools)]
@@ -160,7 +161,10 @@ class Dispatcher:
     async def run(self, tool: Tool, call: ToolCall, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Run with a real timeout; read-only tools are retried with backoff after a timeout."""
         spec = tool.spec
-        delays = list(spec.retry_delays_s) if spec.kind is ToolKind.READ_ONLY else []
+        # Retried after a timeout: read-only tools, and writes that carry an idempotency key
+        # (the same key makes a second attempt safe). Any other write is never retried blind.
+        retry = spec.kind is ToolKind.READ_ONLY or (spec.accepts_idempotency_key and ctx.idempotency_key)
+        delays = list(spec.retry_delays_s) if retry else []
         attempts = 0
         started = time.perf_counter()
         try:

@@ -1,0 +1,111 @@
+"""Dialog rules that code decides, not the model (DESIGN 5, seed 002).
+
+- A pending irreversible action runs only after the person's next turn confirms it.
+  Yes/no is recognised by rules first (English and Korean); only when the rules
+  cannot tell is a structured-output model call asked.
+- "No, half past two" is a correction, not a refusal; a bare "no" asks what to change.
+- A request for a person hands off at once, from any state; so do two
+  misunderstood turns in a row. The handoff carries a summary of what was collected.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any
+
+
+class DialogState(StrEnum):
+    LISTEN = "listen"
+    CONFIRM = "confirm"
+    DONE = "done"
+    HANDOFF = "handoff"
+
+
+class Decision(StrEnum):
+    YES = "yes"
+    NO = "no"
+    CORRECTION = "correction"
+    UNCLEAR = "unclear"
+
+
+_YES = re.compile(
+    r"^(?:yes|yeah|yep|yup|sure|correct|right|that's right|that is right|ok|okay|please do|go ahead|"
+    r"do it|book it|sounds good|perfect|great|absolutely|definitely|네|예|응|맞아요|맞습니다|좋아요|"
+    r"그래요|그렇게 해 ?주세요|해 ?주세요)"
+    r"(?:[\s,.!]+(?:please|thanks|thank you|go ahead|book it|do it|that's right|please do|"
+    r"네|예약해 ?주세요))*"
+    r"[\s.!]*$", re.I)
+_NO = re.compile(r"^(?:no|nope|nah|not really|don't|do not|wait|아니요|아니오|아뇨|아니)\b[\s,.!]*", re.I)
+_CHANGE = re.compile(
+    r"\b(?:actually|instead|rather|change|make it|switch|move it)\b|\d|"
+    r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|tomorrow|tonight|"
+    r"morning|afternoon|evening|noon|half past|quarter|o'clock|people|persons|guests)\b|"
+    r"말고|대신|바꿔|로 해|요일|시|명", re.I)
+_HANDOFF = re.compile(
+    r"\b(?:human|real person|a person|someone real|an agent|live agent|representative|operator|"
+    r"manager|staff member)\b|(?:talk|speak) to (?:someone|somebody)|"
+    r"상담원|직원|사람(?:이랑|하고|과|와|한테)|사람 바꿔|연결해", re.I)
+_CLARIFY = re.compile(
+    r"\b(?:sorry,? i didn't (?:catch|understand|get)|i didn't (?:catch|understand|get) that|"
+    r"could you (?:repeat|say that again|rephrase)|i'm not sure what you mean|pardon)\b", re.I)
+
+
+def asks_for_human(text: str) -> bool:
+    return bool(_HANDOFF.search(text))
+
+
+def is_clarification(reply: str) -> bool:
+    """The bot's own reply says it did not understand."""
+    return bool(_CLARIFY.search(reply))
+
+
+def classify_confirmation(text: str) -> Decision | None:
+    """Rules for the reply to "shall I book it?"; None when the rules cannot tell."""
+    text = text.strip()
+    if _YES.match(text):
+        return Decision.YES
+    no = _NO.match(text)
+    if no:
+        rest = text[no.end():].strip()
+        return Decision.CORRECTION if rest and _CHANGE.search(rest) else Decision.NO
+    if _CHANGE.search(text) and re.match(r"^(?:actually|instead|make it|change|could we|can we|let's)",
+                                         text, re.I):
+        return Decision.CORRECTION
+    return None
+
+
+CONFIRMATION_SCHEMA = {
+    "type": "object",
+    "properties": {"decision": {"type": "string", "enum": [d.value for d in Decision]}},
+    "required": ["decision"],
+    "additionalProperties": False,
+}
+
+
+def confirmation_prompt(summary: str, reply: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": (
+            "The assistant asked the caller to confirm an action. Classify the caller's reply. "
+            "yes: they agree. no: they refuse without saying what to change. correction: they want "
+            "something changed (another time, day, name or number). unclear: anything else. "
+            'Answer with JSON: {"decision": "yes" | "no" | "correction" | "unclear"}.')},
+        {"role": "user", "content": f"Proposed action: {summary}\nCaller's reply: {reply}"},
+    ]
+
+
+def handoff_summary(state: dict[str, Any], recent_user_texts: list[str], reason: str) -> str:
+    """Everything already collected, so the colleague never has to ask again."""
+    parts = [f"Reason: {reason.replace('_', ' ')}."]
+    collected = state.get("collected") or {}
+    if collected:
+        parts.append("Collected: " + ", ".join(f"{k} {v}" for k, v in sorted(collected.items())) + ".")
+    pending = state.get("pending")
+    if pending:
+        parts.append(f"Pending, not executed: {pending['summary']}.")
+    outcome = state.get("last_outcome")
+    if outcome:
+        parts.append(f"Last action: {outcome}.")
+    if recent_user_texts:
+        parts.append("Caller said: " + " / ".join(recent_user_texts[-3:]))
+    return " ".join(parts)
