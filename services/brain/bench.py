@@ -80,7 +80,9 @@ async def measure(main: OpenAIChatClient, guard_same: TopicGuard, guard_own: Top
                 messages = [{"role": "system", "content": f"[{index}] " + system}, *full[1:]]
             if guard is not None:
                 check = asyncio.create_task(guard.check(question))
-                await asyncio.sleep(0)  # the guard starts first, as in the agent
+                # The guard's request reaches the server first, as in the agent (it starts
+                # before the main loop has even assembled its prompt).
+                await asyncio.sleep(0.01)
                 results[name].append(await ttft(main, messages))
                 await check
             else:
