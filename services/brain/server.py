@@ -7,6 +7,7 @@ import logging
 
 import grpc
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from services.brain.agent import Agent
 from services.brain.config import BrainSettings
@@ -16,6 +17,7 @@ from services.brain.session_store import SessionStore
 from services.brain.tools import ToolRegistry
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
+from voicebot.common.metrics import REDIS_ERRORS
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
 log = logging.getLogger("brain")
@@ -41,8 +43,13 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
         problem = validate(request)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        async for event in self.agent.respond(request):
-            yield event
+        try:
+            async for event in self.agent.respond(request):
+                yield event
+        except RedisError as exc:
+            REDIS_ERRORS.labels("brain").inc()
+            log.error("session store unavailable", extra={"error": repr(exc)})
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "session store unavailable")
 
 
 def chat_client(settings: BrainSettings, base_url: str, temperature: float) -> OpenAIChatClient:
