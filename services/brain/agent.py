@@ -41,9 +41,11 @@ from services.brain.session_store import SessionHistory, SessionStore, Turn
 from services.brain.spoken import SpokenTextCleaner
 from services.brain.toolcalls import StructuredCallAccumulator, TextToolCallFilter, ToolCall
 from services.brain.tools import Dispatcher, ToolContext, ToolRegistry, ToolResult
+from voicebot.common.telemetry import tracer
 from voicebot.v1 import brain_pb2
 
 log = logging.getLogger(__name__)
+TRACER = tracer("voicebot.brain")
 _END = object()
 ANSWER_NOW = "Tools are no longer available this turn: answer the caller now from what you found."
 
@@ -240,6 +242,21 @@ class Agent:
     async def _call_llm(self, turn: TurnRun, messages: list[dict[str, Any]], use_tools: bool,
                         events: asyncio.Queue) -> tuple[str, list[ToolCall]] | None:
         """One streamed LLM call; returns (its text, its tool calls), or None after a fallback."""
+        with TRACER.start_as_current_span("llm.call", attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.system": "openai",
+                "gen_ai.request.model": self.settings.llm_model,
+                "gen_ai.request.max_tokens": self.settings.llm_max_tokens}) as span:
+            outcome = await self._stream_llm(turn, messages, use_tools, events)
+            record = turn.record["llm_calls"][-1]
+            usage = {"gen_ai.usage.input_tokens": record.get("prompt_tokens"),
+                     "gen_ai.usage.output_tokens": record.get("completion_tokens"),
+                     "gen_ai.usage.cached_tokens": record.get("cached_tokens")}
+            span.set_attributes({k: v for k, v in usage.items() if v is not None})
+            span.set_attribute("voicebot.llm.tool_calls", len(outcome[1]) if outcome else 0)
+            return outcome
+
+    async def _stream_llm(self, turn: TurnRun, messages: list[dict[str, Any]], use_tools: bool,
+                          events: asyncio.Queue) -> tuple[str, list[ToolCall]] | None:
         text_calls = TextToolCallFilter()
         structured = StructuredCallAccumulator()
         cleaner = SpokenTextCleaner(turn.request.language or "en")

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from services.brain.metrics import GUARD_SECONDS
+from voicebot.common.telemetry import tracer
 
 log = logging.getLogger(__name__)
+TRACER = tracer("voicebot.brain")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,13 @@ class TopicGuard:
         self.timeout_s = timeout_s
 
     async def check(self, text: str) -> GuardVerdict:
+        with TRACER.start_as_current_span("guard.check") as span:
+            verdict = await self._check(text)
+            span.set_attributes({"voicebot.guard.allowed": verdict.allowed,
+                                 "voicebot.guard.reason": verdict.reason})
+            return verdict
+
+    async def _check(self, text: str) -> GuardVerdict:
         started = time.perf_counter()
         messages = [{"role": "system", "content": self.system},
                     {"role": "user", "content": f"Caller said: {text}"}]

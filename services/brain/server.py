@@ -7,6 +7,7 @@ import logging
 
 import grpc
 import redis.asyncio as aioredis
+from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError
 
 from services.brain.agent import Agent
@@ -18,9 +19,11 @@ from services.brain.tools import ToolRegistry
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.common.metrics import REDIS_ERRORS
+from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
 log = logging.getLogger("brain")
+TRACER = tracer("voicebot.brain")
 MAX_TEXT_CHARS = 2000
 
 
@@ -43,9 +46,13 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
         problem = validate(request)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        parent = incoming_context(context.invocation_metadata())
+        attributes = ids(request.session_id, request.turn_id)
         try:
-            async for event in self.agent.respond(request):
-                yield event
+            with TRACER.start_as_current_span("brain.respond", context=parent, kind=SpanKind.SERVER,
+                                              attributes=attributes):
+                async for event in self.agent.respond(request):
+                    yield event
         except RedisError as exc:
             REDIS_ERRORS.labels("brain").inc()
             log.error("session store unavailable", extra={"error": repr(exc)})
@@ -89,6 +96,7 @@ async def run(settings: BrainSettings) -> None:
         for client in clients:
             await client.aclose()
         await redis.aclose()
+        shutdown_tracing()
 
     await serve_forever("brain", settings, register, on_stop)
 
@@ -96,6 +104,7 @@ async def run(settings: BrainSettings) -> None:
 def main() -> None:
     settings = BrainSettings()
     setup_logging("brain", settings.log_level, settings.log_json)
+    setup_tracing("brain")
     asyncio.run(run(settings))
 
 

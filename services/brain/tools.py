@@ -23,6 +23,9 @@ import jsonschema
 
 from services.brain.metrics import TOOL_CALLS, TOOL_SECONDS
 from services.brain.toolcalls import ToolCall, parse_arguments
+from voicebot.common.telemetry import tracer
+
+TRACER = tracer("voicebot.brain")
 
 
 class ToolKind(StrEnum):
@@ -160,6 +163,14 @@ class Dispatcher:
 
     async def run(self, tool: Tool, call: ToolCall, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Run with a real timeout; read-only tools are retried with backoff after a timeout."""
+        with TRACER.start_as_current_span(f"tool.{tool.spec.name}", attributes={
+                "voicebot.tool.kind": tool.spec.kind.value, "voicebot.turn_id": ctx.turn_id}) as span:
+            result = await self._run(tool, call, args, ctx)
+            span.set_attributes({"voicebot.tool.outcome": result.outcome,
+                                 "voicebot.tool.attempts": result.attempts})
+            return result
+
+    async def _run(self, tool: Tool, call: ToolCall, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         spec = tool.spec
         # Retried after a timeout: read-only tools, and writes that carry an idempotency key
         # (the same key makes a second attempt safe). Any other write is never retried blind.
