@@ -67,3 +67,16 @@ def test_every_dashboard_query_parses(promtool, dashboard, tmp_path):
     path = tmp_path / "dashboard-rules.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     run(promtool, "check", "rules", str(path))
+
+
+def test_dashboard_shows_what_operators_need():
+    dashboard = json.loads((ROOT / "k8s" / "dashboards" / "voicebot.json").read_text())
+    queries = " ".join(expr for _, expr in dashboard_expressions(ROOT / "k8s" / "dashboards" / "voicebot.json"))
+    for needed in ('stage="voice_to_voice"', "histogram_quantile(0.99", 'stage="endpoint"', 'stage="stt"',
+                   'stage="llm_ttft"', 'stage="tts_ttfa"', "voicebot_barge_ins_total", "voicebot_turns_total",
+                   "voicebot_tool_calls_total", "voicebot_guard_blocks_total", "voicebot_llm_fallbacks_total",
+                   "voicebot_handoffs_total", "voicebot_active_sessions", "vllm:time_to_first_token_seconds",
+                   "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits",
+                   "vllm:prefix_cache_queries"):
+        assert needed in queries, needed
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
