@@ -170,10 +170,15 @@ def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: s
     tts = stack.start_service("tts", "services.tts.server", {
         **common, "TTS_PORT": str(ports["tts"]), "TTS_METRICS_PORT": str(ports.get("tts_metrics", 0)),
     })
+    # The reservation demo's backend: an MCP server the brain takes its tools from.
+    reservations = stack.start_service("reservations", "services.reservations.server", {
+        **common, "RESERVATIONS_PORT": str(ports.get("reservations", 0)),
+    })
     brain = stack.start_service("brain", "services.brain.server", {
         **common, "BRAIN_PORT": str(ports["brain"]),
         "BRAIN_METRICS_PORT": str(ports.get("brain_metrics", 0)),
         "BRAIN_REDIS_URL": redis_url, "BRAIN_LLM_BASE_URL": llm_base_url,
+        "BRAIN_RESERVATIONS_URL": f"http://127.0.0.1:{reservations.ready['http']}/mcp",
     })
     gateway = stack.start_service("gateway", "gateway.app", {
         **common, "GATEWAY_PORT": str(ports["gateway"]), "GATEWAY_TOKENS": tokens,
@@ -182,7 +187,7 @@ def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: s
         "GATEWAY_BRAIN_ADDR": f"127.0.0.1:{brain.ready['grpc']}",
         "GATEWAY_TTS_ADDR": f"127.0.0.1:{tts.ready['grpc']}",
     })
-    return {"stt": stt, "tts": tts, "brain": brain, "gateway": gateway}
+    return {"stt": stt, "tts": tts, "reservations": reservations, "brain": brain, "gateway": gateway}
 
 
 def ensure_redis_server() -> None:
@@ -226,6 +231,7 @@ def main() -> int:
             "brain": int(os.environ.get("BRAIN_PORT", "50052")),
             "tts": int(os.environ.get("TTS_PORT", "50053")),
             "gateway": gateway_port,
+            "reservations": int(os.environ.get("RESERVATIONS_PORT", "8090")),
             "stt_metrics": 9101, "brain_metrics": 9102, "tts_metrics": 9103,
         })
     except (StartupError, OSError) as exc:

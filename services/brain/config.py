@@ -33,6 +33,9 @@ class BrainSettings(ServiceSettings):
     guard_enabled: bool = True
     guard_llm_base_url: str = ""
     guard_timeout_s: float = 4.0
+    # The reservation demo's backend, an MCP server (streamable HTTP), e.g.
+    # http://127.0.0.1:8090/mcp. Empty: the bot runs without tools.
+    reservations_url: str = ""
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Turns kept in full in the prompt; older ones are dropped from the prompt
     # but stay in Redis until the session expires.

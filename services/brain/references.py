@@ -31,6 +31,9 @@ class References:
         entry = self._refs.get(str(ref).strip().upper())
         return entry["id"] if entry and entry["kind"] == kind else None
 
+    def known(self, kind: str, internal_id: str) -> bool:
+        return any(e["kind"] == kind and e["id"] == internal_id for e in self._refs.values())
+
     def labels(self) -> dict[str, str]:
         """What the model may see: reference → label, never the internal id."""
         return {ref: entry["label"] for ref, entry in self._refs.items()}

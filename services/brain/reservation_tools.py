@@ -51,9 +51,12 @@ class ReservationTools:
         found = await self.backend["get_reservation"].run(
             {"reservation_id": reservation_id or "", "name": name}, ctx)
         refs = References(ctx.state)
+        # Only bookings this conversation already knows (made or referenced in it): a name
+        # alone must not reveal other people's reservations.
+        mine = [r for r in found.get("reservations", []) if refs.known("reservation", r["reservation_id"])]
         return {"reservations": [
             {"reservation": refs.issue("reservation", r["reservation_id"], _slot_label(r)), **_public(r)}
-            for r in found.get("reservations", [])]}
+            for r in mine]}
 
     async def propose_reservation(self, ctx: ToolContext, slot: str, name: str, people: int):
         slot_id = References(ctx.state).resolve(slot, "slot")

@@ -14,6 +14,8 @@ from services.brain.agent import Agent
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
+from services.brain.mcp_tools import McpToolSource
+from services.brain.reservation_tools import reservation_registry
 from services.brain.session_store import SessionStore
 from services.brain.tools import ToolRegistry
 from voicebot.common.grpc_server import serve_forever
@@ -66,7 +68,8 @@ def chat_client(settings: BrainSettings, base_url: str, temperature: float) -> O
     )
 
 
-def build_agent(settings: BrainSettings) -> tuple[Agent, list[OpenAIChatClient], aioredis.Redis]:
+def build_agent(settings: BrainSettings, tools: ToolRegistry) -> tuple[Agent, list[OpenAIChatClient],
+                                                                      aioredis.Redis]:
     chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature)
     clients = [chat]
     guard = None
@@ -76,16 +79,22 @@ def build_agent(settings: BrainSettings) -> tuple[Agent, list[OpenAIChatClient],
         guard = TopicGuard(guard_chat, settings.domain, settings.guard_timeout_s)
     redis = aioredis.Redis.from_url(settings.redis_url)
     store = SessionStore(redis, settings.session_ttl_s)
-    return Agent(settings, chat, store, tools=build_tools(settings), guard=guard), clients, redis
+    return Agent(settings, chat, store, tools=tools, guard=guard), clients, redis
 
 
-def build_tools(_settings: BrainSettings) -> ToolRegistry:
-    """The tools this deployment offers (none yet: the reservation demo plugs in here)."""
-    return ToolRegistry()
+async def build_tools(settings: BrainSettings) -> tuple[ToolRegistry, McpToolSource | None]:
+    """The tools this deployment offers: the reservation demo's, from its MCP server."""
+    if not settings.reservations_url:
+        return ToolRegistry(), None
+    source = McpToolSource(settings.reservations_url)
+    tools = await source.load_tools()
+    log.info("reservation tools loaded", extra={"tools": [t.spec.name for t in tools]})
+    return reservation_registry({tool.spec.name: tool for tool in tools}), source
 
 
 async def run(settings: BrainSettings) -> None:
-    agent, clients, redis = build_agent(settings)
+    tools, source = await build_tools(settings)
+    agent, clients, redis = build_agent(settings, tools)
     await redis.ping()  # fail at start, not at the first turn, when Redis is missing
 
     def register(server: grpc.aio.Server) -> list[str]:
@@ -95,6 +104,8 @@ async def run(settings: BrainSettings) -> None:
     async def on_stop() -> None:
         for client in clients:
             await client.aclose()
+        if source is not None:
+            await source.aclose()
         await redis.aclose()
         shutdown_tracing()
 

@@ -184,11 +184,13 @@ class Dispatcher:
                 try:
                     value = await asyncio.wait_for(tool.run(args, ctx), spec.timeout_s)
                     return self._done(call, spec, "succeeded", {"ok": True, "result": value}, attempts)
-                except TimeoutError:
+                except (TimeoutError, ConnectionError) as exc:
+                    # A dropped connection is as uncertain as a timeout: the call may have run.
                     if not delays:
+                        reason = (f"timed out after {spec.timeout_s:g} s" if isinstance(exc, TimeoutError)
+                                  else "could not be reached")
                         return self._done(call, spec, "timeout", {
-                            "ok": False, "error": f"{spec.name} timed out after {spec.timeout_s:g} s"},
-                            attempts)
+                            "ok": False, "error": f"{spec.name} {reason}"}, attempts)
                     await self._sleep(delays.pop(0))
                 except ToolRefused as exc:
                     return self._done(call, spec, "refused", {"ok": False, "refused": str(exc)}, attempts)
