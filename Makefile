@@ -25,6 +25,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 ## Benchmarks (print a table and JSON; not timed tests).
+## STT benchmark: generated speech at real-time pace through the real service; prints a table and JSON.
+bench-stt: setup
+	$(PY) -m services.stt.bench $(ARGS)
+
 bench-brain: setup
 	$(PY) -m services.brain.bench
 

@@ -24,6 +24,11 @@ class SttSettings(ServiceSettings):
     model_cache_dir: str = "~/.cache/voicebot/models"
     default_language: str = "en"
     beam_size: int = 1
+    # Encode twice the utterance's length, at least this many seconds, instead
+    # of Whisper's fixed 30 s window (3-4x less encoder work for short
+    # utterances); a decode that loops is redone on the full window. 30 (or 0)
+    # always uses the full window.
+    min_audio_context_s: float = 10.0
     # Endpointing (Silero VAD on 32 ms frames).
     vad_model_path: str = ""
     vad_threshold: float = 0.5
@@ -32,5 +37,13 @@ class SttSettings(ServiceSettings):
     min_silence_ms: int = 320
     pre_roll_ms: int = 200
     max_utterance_s: float = 15.0
+    # Partials (interim_results): re-decode the open utterance after this much
+    # new speech, at most one decode in flight per stream.
+    partial_interval_ms: int = 400
+    # A pause this long starts a speculative decode of the utterance so far;
+    # when the pause becomes the endpoint, that decode is the final.
+    speculative_silence_ms: int = 64
+    # Streams one replica accepts; more get RESOURCE_EXHAUSTED (scale out instead).
+    max_streams: int = 32
     # Bytes of audio accepted in one request message.
     max_chunk_bytes: int = 192_000

@@ -44,6 +44,16 @@ class Endpointer:
         self._run = 0  # consecutive speech frames (idle) or silence frames (in speech)
         self._last_speech = 0
 
+    @property
+    def last_speech_frame(self) -> int:
+        """The newest frame counted as speech (meaningful while ``in_speech``)."""
+        return self._last_speech
+
+    @property
+    def silence_frames(self) -> int:
+        """Silence frames in a row since the last speech frame of the open utterance."""
+        return self._run if self.in_speech else 0
+
     def push(self, probability: float) -> list[SpeechStart | SpeechEnd]:
         """Feed the next frame's probability; return the decisions it caused."""
         index = self.frame

@@ -1,15 +1,22 @@
-"""STT engines: the interface, the real faster-whisper engine, and a fallback adapter."""
+"""STT engines: the interface and the real faster-whisper engine."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
+import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+WINDOW_FRAMES = 3000  # Whisper's 30 s window, in 10 ms mel frames
+FRAMES_PER_SECOND = 100
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,36 @@ class SttEngine(ABC):
         return caps.languages is None or language in caps.languages
 
 
+def encoder_frames(audio_frames: int, min_context_s: float) -> int:
+    """Mel frames to encode for an utterance of ``audio_frames``.
+
+    Whisper pads every input to 30 s and the encoder's cost follows that
+    length, so a 2 s utterance costs as much as a 30 s one. An utterance (at
+    most STT_MAX_UTTERANCE_S) needs far less: encode twice its length and at
+    least ``min_context_s``. With much less padding the model loses the
+    "audio ended here" cue and repeats itself; 0 or >= 30 means the standard
+    30 s window.
+    """
+    if min_context_s <= 0 or min_context_s >= WINDOW_FRAMES / FRAMES_PER_SECOND:
+        return WINDOW_FRAMES
+    return min(WINDOW_FRAMES, max(int(min_context_s * FRAMES_PER_SECOND), 2 * audio_frames + 100))
+
+
+def looks_degenerate(text: str, token_count: int, token_cap: int) -> bool:
+    """Signs of a decoding loop: the token cap was hit, the text compresses too
+    well, or it is one phrase said over ("Can I come? Can I come?")."""
+    if token_count >= token_cap:
+        return True
+    data = text.encode()
+    if len(data) > 40 and len(data) / len(zlib.compress(data)) > 2.4:
+        return True
+    words = [w.strip(".,!?;:").lower() for w in text.split()]
+    return any(
+        len(words) % period == 0 and words == words[:period] * (len(words) // period)
+        for period in range(1, len(words) // 2 + 1)
+    )
+
+
 class FasterWhisperEngine(SttEngine):
     def __init__(
         self,
@@ -47,6 +84,7 @@ class FasterWhisperEngine(SttEngine):
         cpu_threads: int = 2,
         workers: int = 1,
         beam_size: int = 1,
+        min_context_s: float = 10.0,
     ) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import _LANGUAGE_CODES
@@ -60,18 +98,68 @@ class FasterWhisperEngine(SttEngine):
             local_files_only=True,
         )
         self._beam_size = beam_size
+        self._min_context_s = min_context_s
         self.capabilities = EngineCapabilities(
             multilingual=multilingual,
             languages=frozenset(_LANGUAGE_CODES) if multilingual else frozenset({"en"}),
         )
 
     def transcribe(self, audio: np.ndarray, language: str) -> str:
+        # No chunk_length: called that way the feature extractor keeps no state,
+        # so concurrent workers can share it.
+        features = self._model.feature_extractor(audio)
+        frames = features.shape[-1]
+        if frames > WINDOW_FRAMES:
+            return self._transcribe_long(audio, language)
+        window = encoder_frames(frames, self._min_context_s)
+        text, degenerate = self._decode(features, window, language, frames)
+        if degenerate and window < WINDOW_FRAMES:
+            log.info("short-window decode looked degenerate; decoding the full window",
+                     extra={"audio_s": round(frames / FRAMES_PER_SECOND, 2)})
+            text, _ = self._decode(features, WINDOW_FRAMES, language, frames)
+        return text
+
+    def _decode(self, features: np.ndarray, window: int, language: str, frames: int) -> tuple[str, bool]:
+        """One greedy pass, like faster-whisper's first (temperature 0) try, over ``window`` frames.
+
+        No temperature fallback: on CPU each retry costs a full decode, and
+        sampling would make the same audio give different text.
+        """
+        from faster_whisper.audio import pad_or_trim
+
+        tokenizer, prompt, suppress = self._prompt(language)
+        # Generous for any language (Korean needs several tokens a syllable), small enough to stop a loop.
+        token_cap = min(self._model.max_length - len(prompt), 16 + math.ceil(30 * frames / FRAMES_PER_SECOND))
+        encoded = self._model.encode(pad_or_trim(features, window))
+        result = self._model.model.generate(
+            encoded, [prompt], beam_size=self._beam_size, max_length=len(prompt) + token_cap,
+            suppress_blank=True, suppress_tokens=suppress,
+            return_scores=True, return_no_speech_prob=True,
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
+        text = tokenizer.decode(tokens).strip()
+        if not any(ch.isalnum() for ch in text):
+            text = ""  # "." or "..." is what Whisper says about noise
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if result.no_speech_prob > 0.6 and avg_logprob <= -1.0:
+            return "", False  # Whisper's own rule for "this was not speech"
+        return text, looks_degenerate(text, len(tokens), token_cap)
+
+    @functools.cache  # noqa: B019 (one engine per process; a few languages)
+    def _prompt(self, language: str) -> tuple[Any, list[int], tuple[int, ...]]:
+        """Tokenizer, decoder prompt and suppressed tokens for a language (building them costs ms)."""
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        tokenizer = Tokenizer(self._model.hf_tokenizer, self._model.model.is_multilingual,
+                              task="transcribe", language=language)
+        prompt = self._model.get_prompt(tokenizer, [], without_timestamps=True)
+        return tokenizer, prompt, get_suppressed_tokens(tokenizer, [-1])
+
+    def _transcribe_long(self, audio: np.ndarray, language: str) -> str:
+        # Only when STT_MAX_UTTERANCE_S is set above 30 s: faster-whisper's own windowing.
         segments, _info = self._model.transcribe(
-            audio,
-            language=language,
-            beam_size=self._beam_size,
-            vad_filter=False,  # our endpointer already cut the utterance
-            condition_on_previous_text=False,
-            without_timestamps=True,
+            audio, language=language, beam_size=self._beam_size, temperature=0.0,
+            vad_filter=False, condition_on_previous_text=False, without_timestamps=True,
         )
         return " ".join(segment.text.strip() for segment in segments).strip()

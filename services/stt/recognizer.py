@@ -1,22 +1,28 @@
-"""One recognition stream: resample, VAD frames, endpointing, utterance audio.
+"""One recognition stream's audio side, and the decode pool shared by all streams.
 
-``StreamRecognizer`` is synchronous and cheap (VAD only); the expensive
-decode happens in ``DecodePool`` worker threads shared by all streams.
+``StreamRecognizer`` is synchronous and cheap (resampling and VAD only): it
+turns audio into utterance start/end decisions and can hand out the audio of
+the open utterance at any time (for a partial). The expensive Whisper decode
+happens in ``DecodePool`` worker threads shared by every stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from services.stt.endpointer import EndpointConfig, Endpointer, SpeechEnd, SpeechStart
 from services.stt.engine import SttEngine
-from services.stt.metrics import DECODE_SECONDS, QUEUE_DEPTH
+from services.stt.metrics import DECODE_SECONDS, DECODE_WAIT_SECONDS, QUEUE_DEPTH
 from services.stt.vad import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, VadStream
 from voicebot.common.audio import StreamResampler, pcm16_to_float
 
@@ -26,16 +32,45 @@ TAIL_FRAMES = 3
 
 
 @dataclass(frozen=True)
+class Segment:
+    """Audio of one utterance, from its start (with pre-roll) to a speech end plus a short tail."""
+
+    utterance: int
+    start_ms: int
+    speech_end_frame: int  # first frame after the last speech frame it holds
+    audio: np.ndarray
+
+    @property
+    def end_ms(self) -> int:
+        return self.speech_end_frame * FRAME_MS
+
+    def covers(self, other: Segment) -> bool:
+        """True when decoding ``other`` would hear no speech this one lacks.
+
+        Same utterance, same last speech frame, and at most one frame less
+        trailing silence (a speculative decode may start before the full tail).
+        """
+        return (
+            self.utterance == other.utterance
+            and self.speech_end_frame == other.speech_end_frame
+            and len(self.audio) + FRAME_SAMPLES >= len(other.audio)
+        )
+
+
+@dataclass(frozen=True)
 class Started:
+    utterance: int
     offset_ms: int
 
 
 @dataclass(frozen=True)
 class Ended:
-    start_ms: int
-    end_ms: int
+    segment: Segment
     reason: str
-    audio: np.ndarray
+
+    @property
+    def utterance(self) -> int:
+        return self.segment.utterance
 
 
 class StreamRecognizer:
@@ -53,8 +88,26 @@ class StreamRecognizer:
         self._odd_byte = b""
         keep = pre_roll_ms // FRAME_MS + endpoint.min_speech_frames
         self._recent: deque[np.ndarray] = deque(maxlen=max(keep, 1))
+        # Bounded by the endpointer: max_frames forces an end.
         self._utterance: list[np.ndarray] = []
         self._utterance_first_frame = 0
+        self.utterance_index = 0  # of the open utterance, or of the next one
+
+    @property
+    def in_speech(self) -> bool:
+        return self._endpointer.in_speech
+
+    @property
+    def speech_end_frame(self) -> int:
+        return self._endpointer.last_speech_frame + 1
+
+    @property
+    def silence_frames(self) -> int:
+        return self._endpointer.silence_frames
+
+    @property
+    def start_frame(self) -> int:
+        return self._endpointer.start_frame
 
     def feed(self, pcm16: bytes) -> list[Started | Ended]:
         data = self._odd_byte + pcm16
@@ -68,6 +121,12 @@ class StreamRecognizer:
         if self._endpointer.in_speech:
             events += [self._close(end) for end in self._endpointer.finish()]
         return events
+
+    def snapshot(self) -> Segment | None:
+        """The open utterance so far (what a partial decodes), or None between utterances."""
+        if not self._endpointer.in_speech:
+            return None
+        return self._segment(self.speech_end_frame)
 
     def _consume(self, samples: np.ndarray) -> list[Started | Ended]:
         self._pending = np.concatenate([self._pending, samples])
@@ -94,38 +153,157 @@ class StreamRecognizer:
                 self._utterance = list(self._recent)
                 self._utterance_first_frame = index + 1 - len(self._recent)
                 self._recent.clear()
-                events.append(Started(decision.frame * FRAME_MS))
+                events.append(Started(self.utterance_index, decision.frame * FRAME_MS))
             elif isinstance(decision, SpeechEnd):
                 events.append(self._close(decision))
         return events
 
-    def _close(self, end: SpeechEnd) -> Ended:
-        keep = end.frame + TAIL_FRAMES - self._utterance_first_frame
+    def _segment(self, speech_end_frame: int) -> Segment:
+        keep = speech_end_frame + TAIL_FRAMES - self._utterance_first_frame
         frames = self._utterance[: max(keep, 1)]
         audio = np.concatenate(frames) if frames else np.zeros(0, np.float32)
-        start_frame = self._endpointer.start_frame
+        start_ms = self._endpointer.start_frame * FRAME_MS
+        return Segment(self.utterance_index, start_ms, speech_end_frame, audio)
+
+    def _close(self, end: SpeechEnd) -> Ended:
+        segment = self._segment(end.frame)
         self._utterance = []
-        return Ended(start_frame * FRAME_MS, end.frame * FRAME_MS, end.reason, audio)
+        self.utterance_index += 1
+        return Ended(segment, end.reason)
+
+
+# Decode priorities, most urgent first. A final is what someone waits for; a
+# speculative decode (speech just paused) is probably the next final; a
+# periodic partial only refreshes what is on screen.
+FINAL, SPECULATIVE, PARTIAL = 0, 1, 2
+KIND = {FINAL: "final", SPECULATIVE: "speculative", PARTIAL: "partial"}
+
+SegmentSource = Callable[[], Segment | None]
+
+
+class DecodeJob:
+    """One queued decode.
+
+    ``source`` is called when a worker takes the job, not when it is queued, so
+    a partial decodes the newest audio of its stream. Its future resolves to
+    ``(segment, text)``, or None when the source had nothing to decode.
+    """
+
+    def __init__(self, source: SegmentSource, language: str, priority: int) -> None:
+        self.source = source
+        self.language = language
+        self.priority = priority
+        self.future: asyncio.Future[tuple[Segment, str] | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.segment: Segment | None = None  # set when a worker takes it
+        self.queued_at = time.perf_counter()
+
+    @property
+    def started(self) -> bool:
+        return self.segment is not None
 
 
 class DecodePool:
-    """Bounded worker pool shared by all streams: at most ``workers`` decodes run at once."""
+    """Bounded worker pool shared by all streams: at most ``workers`` decodes run at once.
+
+    Waiting jobs are ordered by priority, then by arrival. The queue stays
+    bounded because each stream keeps at most one partial and one final job
+    here. A job whose future was cancelled (its stream went away) is dropped
+    before it runs; a running decode cannot be interrupted, but its result is
+    discarded and its worker moves on to the next job.
+    """
 
     def __init__(self, engine: SttEngine, workers: int) -> None:
         self.engine = engine
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stt-decode")
+        self.workers = max(1, workers)
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="stt-decode")
+        self._heap: list[tuple[int, int, DecodeJob]] = []
+        self._order = itertools.count()
+        self._waiting: set[DecodeJob] = set()
+        self.running = 0
+        self._reported_depth = 0
+        self.speaking = 0  # streams with an open utterance (kept by RecognitionStream)
 
-    async def transcribe(self, audio: np.ndarray, language: str, kind: str = "final") -> str:
-        loop = asyncio.get_running_loop()
-        QUEUE_DEPTH.inc()
-        started = time.perf_counter()
-        try:
-            return await loop.run_in_executor(
-                self._executor, self.engine.transcribe, audio, language
-            )
-        finally:
-            QUEUE_DEPTH.dec()
-            DECODE_SECONDS.labels(kind).observe(time.perf_counter() - started)
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def partial_share(self) -> float:
+        """How much to stretch each stream's partial interval: 1 until more streams
+        speak than there are workers, then in proportion."""
+        return max(1.0, self.speaking / self.workers)
+
+    def submit(self, source: SegmentSource, language: str, priority: int) -> DecodeJob:
+        job = DecodeJob(source, language, priority)
+        self._waiting.add(job)
+        heapq.heappush(self._heap, (priority, next(self._order), job))
+        job.future.add_done_callback(lambda _: self._forget(job))
+        self._pump()
+        return job
+
+    async def decode(self, segment: Segment, language: str, priority: int = FINAL) -> str:
+        """Decode one fixed segment (waiting its turn); empty text for empty audio."""
+        result = await self.submit(lambda: segment, language, priority).future
+        return result[1] if result else ""
+
+    def raise_priority(self, job: DecodeJob, priority: int) -> None:
+        """Move a waiting job ahead; the old heap entry is skipped when popped."""
+        if job in self._waiting and priority < job.priority:
+            job.priority = priority
+            heapq.heappush(self._heap, (priority, next(self._order), job))
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _forget(self, job: DecodeJob) -> None:
+        if job in self._waiting:
+            self._waiting.discard(job)
+            self._report_depth()
+
+    def _pump(self) -> None:
+        while self.running < self.workers and self._heap:
+            priority, _, job = heapq.heappop(self._heap)
+            if job not in self._waiting or priority != job.priority:
+                continue  # cancelled, or an entry left behind by raise_priority
+            self._waiting.discard(job)
+            segment = job.source()
+            if segment is None or len(segment.audio) == 0:
+                job.future.set_result(None)
+                continue
+            self._start(job, segment)
+        self._report_depth()
+
+    def _start(self, job: DecodeJob, segment: Segment) -> None:
+        job.segment = segment
+        self.running += 1
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        DECODE_WAIT_SECONDS.labels(KIND[job.priority]).observe(started - job.queued_at)
+        work = self._executor.submit(self.engine.transcribe, segment.audio, job.language)
+
+        def done(_: Future) -> None:
+            # The loop may already be closed when the service shuts down mid-decode.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._finished, job, work, started)
+
+        work.add_done_callback(done)
+
+    def _finished(self, job: DecodeJob, work: Future, started: float) -> None:
+        self.running -= 1
+        DECODE_SECONDS.labels(KIND[job.priority]).observe(time.perf_counter() - started)
+        if not job.future.done():
+            if work.cancelled():
+                job.future.cancel()
+            elif (error := work.exception()) is not None:
+                job.future.set_exception(error)
+            else:
+                assert job.segment is not None
+                job.future.set_result((job.segment, work.result()))
+        self._pump()
+
+    def _report_depth(self) -> None:
+        # Several pools may share the process-wide gauge (tests), so report deltas.
+        depth = len(self._waiting) + self.running
+        QUEUE_DEPTH.inc(depth - self._reported_depth)
+        self._reported_depth = depth

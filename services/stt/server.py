@@ -1,10 +1,10 @@
 """gRPC SpeechToText service.
 
-Each call runs two tasks: a reader that turns audio into VAD decisions
-(SpeechStarted and EndOfUtterance go out at once) and a decoder that
-transcribes ended utterances in order through the shared worker pool.
-The hand-off queue between them is small, so a client that sends faster
-than we can decode is slowed by gRPC flow control instead of growing memory.
+Each call gets a ``RecognitionStream`` (VAD, partials, finals; see stream.py)
+and a reader task that feeds it the call's audio. All calls share one model
+and one bounded ``DecodePool``. Every queue on the way is bounded, so a
+client that sends faster than we can decode is slowed by gRPC flow control
+instead of growing memory, and a client that reads slowly stalls only itself.
 """
 
 from __future__ import annotations
@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
+import os
 
 import grpc
 
 from services.stt.config import SttSettings
 from services.stt.endpointer import EndpointConfig
 from services.stt.engine import FasterWhisperEngine, SttEngine
-from services.stt.metrics import ACTIVE_STREAMS, ENDPOINT_TO_FINAL_SECONDS
+from services.stt.metrics import ACTIVE_STREAMS
 from services.stt.models import resolve_whisper_model, silero_vad_path
-from services.stt.recognizer import DecodePool, Ended, Started, StreamRecognizer
+from services.stt.recognizer import DecodePool, StreamRecognizer
+from services.stt.stream import RecognitionStream, StreamOptions
 from services.stt.vad import FRAME_MS, SileroVad
 from voicebot.common.audio import SUPPORTED_INPUT_RATES
 from voicebot.common.grpc_server import serve_forever
@@ -29,8 +30,6 @@ from voicebot.common.logs import setup_logging
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
 log = logging.getLogger("stt")
-
-_DONE = object()
 
 
 class InvalidConfig(ValueError):
@@ -43,8 +42,9 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
         self.engine = engine
         self.vad = vad
         self.pool = DecodePool(engine, settings.workers)
+        self.active_streams = 0
 
-    def _validate(self, config: stt_pb2.RecognitionConfig) -> tuple[int, str, EndpointConfig]:
+    def _validate(self, config: stt_pb2.RecognitionConfig) -> tuple[int, StreamOptions, EndpointConfig]:
         if config.encoding not in ("", "pcm16"):
             raise InvalidConfig(f"encoding {config.encoding!r} is not supported; use 'pcm16'")
         rate = config.sample_rate or 16000
@@ -69,49 +69,48 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
             min_silence_frames=max(1, silence_ms // FRAME_MS),
             max_frames=max(2, int(s.max_utterance_s * 1000) // FRAME_MS),
         )
-        return rate, language, endpoint
+        options = StreamOptions(
+            language=language,
+            session_id=config.session_id,
+            interim_results=config.interim_results,
+            partial_interval_frames=max(1, s.partial_interval_ms // FRAME_MS),
+            speculative_silence_frames=max(1, s.speculative_silence_ms // FRAME_MS),
+        )
+        return rate, options, endpoint
 
     async def StreamingRecognize(self, request_iterator, context: grpc.aio.ServicerContext):
-        requests = request_iterator.__aiter__()
-        try:
-            first = await requests.__anext__()
-        except StopAsyncIteration:
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is None:
             return
         if first.WhichOneof("request") != "config":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be config")
         try:
-            rate, language, endpoint = self._validate(first.config)
+            rate, options, endpoint = self._validate(first.config)
         except InvalidConfig as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        recognizer = StreamRecognizer(
-            self.vad.new_stream(), endpoint, rate, self.settings.pre_roll_ms
-        )
-        session_id = first.config.session_id
-        events: asyncio.Queue = asyncio.Queue()
-        utterances: asyncio.Queue = asyncio.Queue(maxsize=2)
+        if self.active_streams >= self.settings.max_streams:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"this replica already serves {self.settings.max_streams} streams")
+        recognizer = StreamRecognizer(self.vad.new_stream(), endpoint, rate, self.settings.pre_roll_ms)
+        stream = RecognitionStream(recognizer, self.pool, options)
+        self.active_streams += 1
         ACTIVE_STREAMS.inc()
-        reader = asyncio.create_task(self._read(requests, recognizer, events, utterances))
-        decoder = asyncio.create_task(self._decode(utterances, events, language, session_id))
+        reader = asyncio.create_task(self._read(requests, stream))
         try:
-            while True:
-                item = await events.get()
-                if item is _DONE:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            async for event in stream.events():
+                yield event
         except InvalidConfig as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
+            self.active_streams -= 1
             ACTIVE_STREAMS.dec()
-            for task in (reader, decoder):
-                task.cancel()
-            for task in (reader, decoder):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            reader.cancel()
+            await stream.close()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
 
-    async def _read(self, requests, recognizer: StreamRecognizer, events, utterances) -> None:
-        index = 0
+    async def _read(self, requests, stream: RecognitionStream) -> None:
         try:
             async for request in requests:
                 if request.WhichOneof("request") != "audio":
@@ -121,68 +120,26 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
                         f"audio message of {len(request.audio)} bytes exceeds "
                         f"{self.settings.max_chunk_bytes}"
                     )
-                index = await self._dispatch(recognizer.feed(request.audio), index, events, utterances)
-            await self._dispatch(recognizer.finish(), index, events, utterances)
-            await utterances.put(_DONE)
-        except InvalidConfig as exc:
-            await events.put(exc)
+                await stream.feed(request.audio)
+            await stream.finish()
         except asyncio.CancelledError:
             raise
+        except InvalidConfig as exc:
+            stream.fail(exc)
         except Exception as exc:
             log.exception("stt reader failed")
-            await events.put(exc)
-
-    async def _dispatch(self, decided, index: int, events, utterances) -> int:
-        for event in decided:
-            if isinstance(event, Started):
-                await events.put(
-                    stt_pb2.RecognizeEvent(
-                        utterance_index=index,
-                        speech_started=stt_pb2.SpeechStarted(offset_ms=event.offset_ms),
-                    )
-                )
-            elif isinstance(event, Ended):
-                await events.put(
-                    stt_pb2.RecognizeEvent(
-                        utterance_index=index,
-                        end_of_utterance=stt_pb2.EndOfUtterance(
-                            end_ms=event.end_ms, reason=event.reason
-                        ),
-                    )
-                )
-                await utterances.put((index, event, time.perf_counter()))
-                index += 1
-        return index
-
-    async def _decode(self, utterances, events, language: str, session_id: str) -> None:
-        try:
-            while (item := await utterances.get()) is not _DONE:
-                index, ended, decided_at = item
-                text = await self.pool.transcribe(ended.audio, language)
-                await events.put(
-                    stt_pb2.RecognizeEvent(
-                        session_id=session_id,
-                        utterance_index=index,
-                        transcript=stt_pb2.Transcript(
-                            text=text, is_final=True, start_ms=ended.start_ms,
-                            end_ms=ended.end_ms, language=language,
-                        ),
-                    )
-                )
-                ENDPOINT_TO_FINAL_SECONDS.observe(time.perf_counter() - decided_at)
-            await events.put(_DONE)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("stt decode failed")
-            await events.put(exc)
+            stream.fail(exc)
 
 
 def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
     model_dir, multilingual = resolve_whisper_model(settings.model, settings.model_cache_dir)
+    cores = os.cpu_count() or 1
+    if settings.device == "cpu" and settings.cpu_threads * settings.workers > cores:
+        log.warning("STT_CPU_THREADS x STT_WORKERS exceeds the cores; decodes will fight for them",
+                    extra={"cpu_threads": settings.cpu_threads, "workers": settings.workers, "cores": cores})
     engine = FasterWhisperEngine(
         model_dir, multilingual, settings.device, settings.compute_type,
-        settings.cpu_threads, settings.workers, settings.beam_size,
+        settings.cpu_threads, settings.workers, settings.beam_size, settings.min_audio_context_s,
     )
     vad = SileroVad(silero_vad_path(settings.vad_model_path))
     return SpeechToTextServicer(settings, engine, vad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -27,3 +28,40 @@ class FakeSttEngine(SttEngine):
         with self._lock:
             self.calls.append((seconds, language))
         return f"speech {seconds} s"
+
+
+class GatedSttEngine(FakeSttEngine):
+    """Like FakeSttEngine, but every decode blocks until the test opens the gate.
+
+    ``entered`` counts decodes that started, so a test can wait for a worker to
+    be busy before it queues more work behind it.
+    """
+
+    def __init__(self, multilingual: bool = True) -> None:
+        super().__init__(multilingual=multilingual)
+        self.gate = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.started: list[tuple[int, str]] = []  # (samples, language) of each decode begun
+
+    def transcribe(self, audio: np.ndarray, language: str) -> str:
+        with self._lock:
+            self.started.append((len(audio), language))
+        self.entered.release()
+        if not self.gate.wait(timeout=60):
+            raise TimeoutError("the test never opened the gate")
+        return super().transcribe(audio, language)
+
+    async def wait_entered(self, timeout: float = 30) -> None:
+        """Wait (without blocking the event loop) until one more decode has started."""
+        if not await asyncio.to_thread(self.entered.acquire, True, timeout):
+            raise TimeoutError("no decode started")
+
+
+class LoudnessVad:
+    """Stands in for SileroVad in logic tests: a frame is speech when it is loud."""
+
+    def new_stream(self) -> LoudnessVad:
+        return self
+
+    def probability(self, frame: np.ndarray) -> float:
+        return 0.9 if float(np.sqrt(np.mean(frame**2))) > 0.01 else 0.0

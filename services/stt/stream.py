@@ -1,0 +1,243 @@
+"""One StreamingRecognize call without the gRPC: audio in, RecognizeEvents out.
+
+Three things happen per stream:
+
+- ``feed`` (the caller's task) runs the VAD; ``SpeechStarted`` and
+  ``EndOfUtterance`` are queued at once, ended utterances go to the finals task.
+- The partials task keeps at most one decode of the open utterance in the
+  pool. The job reads the utterance's audio only when a worker takes it, so
+  the newest audio wins and stale partials are never queued. It runs every
+  ``partial_interval`` frames of new speech (when interim results are on), and
+  once speech pauses for ``speculative_silence`` frames (always): that
+  speculative decode usually holds exactly the audio the final needs, and it
+  runs while the endpointer is still waiting out the silence.
+- The finals task answers each ended utterance in order: with the text of a
+  finished decode that already covered it, by awaiting the running decode
+  that covers it, or else with a fresh decode ahead of every partial.
+
+Queues are bounded: a reader that does not keep up blocks ``feed`` (and so,
+through gRPC flow control, its own client) and loses partials, never finals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from services.stt.metrics import ENDPOINT_TO_FINAL_SECONDS, FINALS_TOTAL, PARTIALS_TOTAL
+from services.stt.recognizer import (
+    FINAL,
+    PARTIAL,
+    SPECULATIVE,
+    DecodeJob,
+    DecodePool,
+    Ended,
+    Segment,
+    Started,
+    StreamRecognizer,
+)
+from voicebot.v1 import stt_pb2
+
+log = logging.getLogger("stt")
+
+EVENT_BUFFER = 64
+_DONE = object()
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    language: str
+    session_id: str = ""
+    interim_results: bool = False
+    partial_interval_frames: int = 12  # ~400 ms of new speech
+    speculative_silence_frames: int = 2  # ~64 ms of pause
+
+
+class RecognitionStream:
+    def __init__(self, recognizer: StreamRecognizer, pool: DecodePool, options: StreamOptions) -> None:
+        self._recognizer = recognizer
+        self._pool = pool
+        self._options = options
+        self._events: asyncio.Queue = asyncio.Queue(maxsize=EVENT_BUFFER)
+        self._ended: asyncio.Queue = asyncio.Queue(maxsize=2)
+        # Utterance whose SpeechStarted went out and whose EndOfUtterance did not yet.
+        self._open: int | None = None
+        self._wake = asyncio.Event()
+        self._want: int | None = None  # priority of the partial decode asked for
+        self._job: DecodeJob | None = None  # this stream's partial decode in the pool
+        self._periodic_from = 0  # speech end frame of the last periodic ask
+        self._speculated_end = -1  # speech end frame the last speculative ask was for
+        self._latest: dict[int, tuple[Segment, str]] = {}  # newest decode per utterance
+        self._partial_text = ""
+        self._tasks = [
+            asyncio.create_task(self._run_finals()),
+            asyncio.create_task(self._run_partials()),
+        ]
+
+    # ---- input -----------------------------------------------------------
+    async def feed(self, pcm16: bytes) -> None:
+        for event in self._recognizer.feed(pcm16):
+            await self._publish(event)
+        self._ask_for_partial()
+
+    async def finish(self) -> None:
+        """The client half-closed: close an open utterance; events end after its final."""
+        for event in self._recognizer.finish():
+            await self._publish(event)
+        await self._ended.put(_DONE)
+
+    def fail(self, error: BaseException) -> None:
+        """End the call with ``error``; events not yet sent are moot."""
+        while not self._events.empty():
+            self._events.get_nowait()
+        self._events.put_nowait(error)
+
+    # ---- output ----------------------------------------------------------
+    async def events(self) -> AsyncIterator[stt_pb2.RecognizeEvent]:
+        while (item := await self._events.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def close(self) -> None:
+        """Stop both tasks; their queued decodes are dropped before they run."""
+        self._set_open(None)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # ---- VAD decisions ---------------------------------------------------
+    def _set_open(self, utterance: int | None) -> None:
+        # The pool counts speaking streams to share partial decodes fairly.
+        self._pool.speaking += (utterance is not None) - (self._open is not None)
+        self._open = utterance
+
+    async def _publish(self, event: Started | Ended) -> None:
+        if isinstance(event, Started):
+            self._set_open(event.utterance)
+            self._periodic_from = self._recognizer.start_frame
+            self._partial_text = ""
+            await self._events.put(self._event(
+                event.utterance, speech_started=stt_pb2.SpeechStarted(offset_ms=event.offset_ms)))
+        else:
+            self._set_open(None)
+            segment = event.segment
+            await self._events.put(self._event(
+                event.utterance,
+                end_of_utterance=stt_pb2.EndOfUtterance(end_ms=segment.end_ms, reason=event.reason),
+            ))
+            await self._ended.put((event, time.perf_counter()))
+
+    def _event(self, utterance: int, **event) -> stt_pb2.RecognizeEvent:
+        return stt_pb2.RecognizeEvent(session_id=self._options.session_id, utterance_index=utterance, **event)
+
+    def _transcript(self, segment: Segment, text: str, final: bool) -> stt_pb2.RecognizeEvent:
+        return self._event(segment.utterance, transcript=stt_pb2.Transcript(
+            text=text, is_final=final, start_ms=segment.start_ms, end_ms=segment.end_ms,
+            language=self._options.language,
+        ))
+
+    # ---- partials --------------------------------------------------------
+    def _ask_for_partial(self) -> None:
+        r, o = self._recognizer, self._options
+        if not r.in_speech or r.utterance_index != self._open:
+            return
+        end = r.speech_end_frame
+        if r.silence_frames >= o.speculative_silence_frames and end != self._speculated_end:
+            self._speculated_end = end
+            self._want_decode(SPECULATIVE)
+        elif (o.interim_results and r.silence_frames == 0
+              and end - self._periodic_from >= o.partial_interval_frames * self._pool.partial_share()):
+            self._periodic_from = end
+            self._want_decode(PARTIAL)
+
+    def _want_decode(self, priority: int) -> None:
+        job = self._job
+        if job is not None and not job.started and not job.future.done():
+            # Already waiting for a worker, and it will read the newest audio then.
+            self._pool.raise_priority(job, priority)
+            return
+        self._want = priority if self._want is None else min(self._want, priority)
+        self._wake.set()
+
+    async def _run_partials(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            priority, self._want = self._want, None
+            if priority is None:
+                continue
+            self._job = self._pool.submit(self._partial_segment, self._options.language, priority)
+            try:
+                result = await self._job.future
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The final for this utterance will try again and report a real failure.
+                log.warning("partial decode failed", exc_info=True)
+                continue
+            finally:
+                self._job = None
+            if result is not None:
+                self._on_partial(*result)
+
+    def _partial_segment(self) -> Segment | None:
+        """Called when a worker is free: the newest audio, unless it was decoded already."""
+        segment = self._recognizer.snapshot()
+        if segment is None or segment.utterance != self._open:
+            return None
+        latest = self._latest.get(segment.utterance)
+        if latest is not None and latest[0].covers(segment):
+            return None
+        self._periodic_from = max(self._periodic_from, segment.speech_end_frame)
+        return segment
+
+    def _on_partial(self, segment: Segment, text: str) -> None:
+        self._latest[segment.utterance] = (segment, text)
+        if not self._options.interim_results or segment.utterance != self._open:
+            return  # a speculative decode only, or the utterance already ended
+        if not text or text == self._partial_text:
+            return
+        with contextlib.suppress(asyncio.QueueFull):  # a slow reader loses partials, not finals
+            self._events.put_nowait(self._transcript(segment, text, final=False))
+            self._partial_text = text
+            PARTIALS_TOTAL.inc()
+
+    # ---- finals ----------------------------------------------------------
+    async def _run_finals(self) -> None:
+        try:
+            while (item := await self._ended.get()) is not _DONE:
+                ended, decided_at = item
+                text = await self._final_text(ended.segment)
+                await self._events.put(self._transcript(ended.segment, text, final=True))
+                ENDPOINT_TO_FINAL_SECONDS.observe(time.perf_counter() - decided_at)
+            await self._events.put(_DONE)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("stt final decode failed")
+            self.fail(exc)
+
+    async def _final_text(self, segment: Segment) -> str:
+        latest = self._latest.pop(segment.utterance, None)
+        for old in [u for u in self._latest if u < segment.utterance]:
+            del self._latest[old]
+        if latest is not None and latest[0].covers(segment):
+            FINALS_TOTAL.labels("reused").inc()
+            return latest[1]
+        job, result = self._job, None
+        if job is not None and job.segment is not None and job.segment.covers(segment):
+            # Shielded: the partials task awaits the same future. If it failed, decode afresh.
+            with contextlib.suppress(Exception):
+                result = await asyncio.shield(job.future)
+            if result is not None:
+                FINALS_TOTAL.labels("awaited").inc()
+                return result[1]
+        FINALS_TOTAL.labels("decoded").inc()
+        return await self._pool.decode(segment, self._options.language, FINAL)

@@ -1,0 +1,27 @@
+"""The Whisper engine's pure decisions: how much audio context to encode, and what looks like a loop."""
+
+from services.stt.engine import WINDOW_FRAMES, encoder_frames, looks_degenerate
+
+
+def test_short_utterances_get_the_minimum_context_and_long_ones_twice_their_length():
+    assert encoder_frames(150, min_context_s=10) == 1000  # 1.5 s of audio: 10 s of context
+    assert encoder_frames(800, min_context_s=10) == 1700  # 8 s: twice that, plus a second
+    assert encoder_frames(1600, min_context_s=10) == WINDOW_FRAMES  # never more than Whisper's window
+
+
+def test_zero_or_a_full_window_means_the_standard_30_s():
+    assert encoder_frames(150, min_context_s=0) == WINDOW_FRAMES
+    assert encoder_frames(150, min_context_s=30) == WINDOW_FRAMES
+
+
+def test_loops_look_degenerate():
+    assert looks_degenerate("Can I bring my dog? Can I bring my dog?", 12, 100)
+    assert looks_degenerate("Hi. Hi. Hi.", 6, 100)
+    assert looks_degenerate("thank you " * 20, 60, 100)  # compresses too well
+    assert looks_degenerate("A table for", 40, 40)  # hit the token cap
+
+
+def test_ordinary_sentences_do_not():
+    assert not looks_degenerate("I would like to book a table for two people tomorrow evening.", 14, 100)
+    assert not looks_degenerate("Hello.", 2, 100)
+    assert not looks_degenerate("", 0, 30)
