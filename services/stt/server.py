@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 
 import grpc
+from opentelemetry.trace import SpanKind
 
 from services.stt.config import SttSettings
 from services.stt.endpointer import EndpointConfig
@@ -27,9 +29,11 @@ from services.stt.vad import FRAME_MS, SileroVad
 from voicebot.common.audio import SUPPORTED_INPUT_RATES
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
+from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
 log = logging.getLogger("stt")
+TRACER = tracer("voicebot.stt")
 
 
 class InvalidConfig(ValueError):
@@ -96,9 +100,11 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
         stream = RecognitionStream(recognizer, self.pool, options)
         self.active_streams += 1
         ACTIVE_STREAMS.inc()
-        reader = asyncio.create_task(self._read(requests, stream))
+        spans = UtteranceSpans(incoming_context(context.invocation_metadata()), options)
+        reader = asyncio.create_task(self._read(requests, stream, spans))
         try:
             async for event in stream.events():
+                spans.observe(event)
                 yield event
         except InvalidConfig as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -110,11 +116,15 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
 
-    async def _read(self, requests, stream: RecognitionStream) -> None:
+    async def _read(self, requests, stream: RecognitionStream, spans: UtteranceSpans) -> None:
         try:
             async for request in requests:
-                if request.WhichOneof("request") != "audio":
-                    raise InvalidConfig("only audio may follow the config message")
+                kind = request.WhichOneof("request")
+                if kind == "utterance":
+                    spans.link(request.utterance)
+                    continue
+                if kind != "audio":
+                    raise InvalidConfig("only audio (or utterance context) may follow the config message")
                 if len(request.audio) > self.settings.max_chunk_bytes:
                     raise InvalidConfig(
                         f"audio message of {len(request.audio)} bytes exceeds "
@@ -129,6 +139,42 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
         except Exception as exc:
             log.exception("stt reader failed")
             stream.fail(exc)
+
+
+class UtteranceSpans:
+    """One ``stt.recognize`` span per utterance, from speech onset to its final transcript.
+
+    The gateway opens a turn when speech starts and sends that turn's trace context
+    in-band (``UtteranceContext``); the span joins the turn's trace. Without it, the
+    span hangs off the stream's own context (from the call's metadata).
+    """
+
+    def __init__(self, stream_context, options: StreamOptions) -> None:
+        self._stream_context = stream_context
+        self._options = options
+        self._turns: dict[int, tuple[str, object]] = {}
+        self._onsets: dict[int, int] = {}
+
+    def link(self, utterance: stt_pb2.UtteranceContext) -> None:
+        parent = incoming_context([("traceparent", utterance.traceparent)])
+        self._turns[utterance.utterance_index] = (utterance.turn_id, parent)
+
+    def observe(self, event: stt_pb2.RecognizeEvent) -> None:
+        kind = event.WhichOneof("event")
+        index = event.utterance_index
+        if kind == "speech_started":
+            self._onsets[index] = time.time_ns()
+        elif kind == "transcript" and event.transcript.is_final:
+            turn_id, parent = self._turns.pop(index, ("", self._stream_context))
+            started = self._onsets.pop(index, time.time_ns())
+            span = TRACER.start_span("stt.recognize", context=parent, kind=SpanKind.SERVER,
+                                     start_time=started,
+                                     attributes={**ids(self._options.session_id, turn_id),
+                                                 "voicebot.stt.utterance_index": index,
+                                                 "voicebot.stt.language": self._options.language,
+                                                 "voicebot.stt.audio_ms": event.transcript.end_ms
+                                                 - event.transcript.start_ms})
+            span.end()
 
 
 def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
@@ -148,6 +194,7 @@ def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
 def main() -> None:
     settings = SttSettings()
     setup_logging("stt", settings.log_level, settings.log_json)
+    setup_tracing("stt")
     servicer = build_servicer(settings)
     # Warm the model so the first real utterance is not the slow one.
     import numpy as np
@@ -160,6 +207,7 @@ def main() -> None:
 
     async def on_stop() -> None:
         servicer.pool.shutdown()
+        shutdown_tracing()
 
     asyncio.run(serve_forever("stt", settings, register, on_stop))
 

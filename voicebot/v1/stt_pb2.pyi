@@ -23,13 +23,25 @@ class RecognitionConfig(_message.Message):
     encoding: str
     def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., language: _Optional[str] = ..., sample_rate: _Optional[int] = ..., interim_results: _Optional[bool] = ..., endpoint_silence_ms: _Optional[int] = ..., encoding: _Optional[str] = ...) -> None: ...
 
+class UtteranceContext(_message.Message):
+    __slots__ = ("utterance_index", "turn_id", "traceparent")
+    UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    utterance_index: int
+    turn_id: str
+    traceparent: str
+    def __init__(self, utterance_index: _Optional[int] = ..., turn_id: _Optional[str] = ..., traceparent: _Optional[str] = ...) -> None: ...
+
 class RecognizeRequest(_message.Message):
-    __slots__ = ("config", "audio")
+    __slots__ = ("config", "audio", "utterance")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_FIELD_NUMBER: _ClassVar[int]
     config: RecognitionConfig
     audio: bytes
-    def __init__(self, config: _Optional[_Union[RecognitionConfig, _Mapping]] = ..., audio: _Optional[bytes] = ...) -> None: ...
+    utterance: UtteranceContext
+    def __init__(self, config: _Optional[_Union[RecognitionConfig, _Mapping]] = ..., audio: _Optional[bytes] = ..., utterance: _Optional[_Union[UtteranceContext, _Mapping]] = ...) -> None: ...
 
 class SpeechStarted(_message.Message):
     __slots__ = ("offset_ms",)
