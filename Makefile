@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts clean
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
@@ -31,6 +31,12 @@ bench-stt: setup
 
 bench-brain: setup
 	$(PY) -m services.brain.bench
+
+bench-tts: setup
+	$(PY) -m services.tts.bench
+
+bench-bargein: setup
+	$(PY) -m gateway.bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,10 +1,38 @@
 """One WebSocket connection: protocol handling, the STT stream, turns, barge-in.
 
 Client messages are handled one at a time; STT events and turns run in their
-own tasks. A new turn always interrupts the one in flight, and a person who
-starts speaking while the bot's audio is going out interrupts it (barge-in):
-audio stops, ``interrupt`` is sent, brain and TTS are cancelled, and the next
-turn tells the brain what was actually heard.
+own tasks. A new turn always interrupts the one in flight.
+
+Barge-in, and why it works this way. The person may start speaking while
+the bot's reply is in flight (being made or being heard). A cough, a click
+or a short "mm" must not cut the bot off, yet the bot must not talk over a
+real interruption either. So it goes in two steps:
+
+1. ``SpeechStarted`` (the STT's VAD saw ~64 ms of speech) *pauses* the turn's
+   playout within one audio frame: no frame leaves after that until it is
+   decided. Nothing is dropped and the client keeps playing the short lead it
+   holds (``GATEWAY_PLAYBACK_LEAD_MS``), so a pause that ends soon is not
+   heard at all, while a real interruption stops reaching the ear at once.
+2. It is *confirmed* by a partial (or final) transcript with words over at
+   least ``GATEWAY_BARGE_IN_MIN_WORDS_MS`` of speech (Whisper readily hears
+   "up" or "you" in a click; fillers such as "uh", "mm" are not words here), or
+   by ``GATEWAY_BARGE_IN_MIN_SPEECH_MS`` of stream time since the onset while
+   the utterance is still open. That figure counts the endpointer's closing
+   silence too (the gateway only learns that speech ended from
+   ``EndOfUtterance``, ``STT_MIN_SILENCE_MS`` later), so it must stay above
+   that silence plus the longest noise to ignore. Confirmed: within the same
+   frame the playout is stopped (its frames dropped), ``interrupt`` is sent,
+   what was heard is worked out from the audio sent and the client's
+   ``playback.position``, and the brain and TTS calls are cancelled; the next
+   ``Respond`` carries the spoken part.
+   Not confirmed (``EndOfUtterance`` came first and the final transcript has
+   no such words): a false start. The playout resumes where it paused, with
+   the same turn's next frame; nothing is replayed, and that final does not
+   start a turn either.
+
+A new turn never replays the interrupted one: its audio comes from a new TTS
+call, and a turn's frames are checked under the send lock against its
+``interrupted`` flag, so no frame of it follows its ``interrupt``.
 """
 
 from __future__ import annotations
@@ -12,16 +40,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway.config import GatewaySettings
-from gateway.metrics import BARGE_INS, CLIENT_ERRORS, TURNS
+from gateway.metrics import BARGE_IN_FALSE_STARTS, BARGE_IN_SECONDS, BARGE_INS, CLIENT_ERRORS, TURNS
+from gateway.playout import Playout
 from gateway.protocol import (
     InputText,
     PlaybackPosition,
@@ -43,10 +74,91 @@ log = logging.getLogger("gateway.call")
 @dataclass
 class ActiveTurn:
     turn_id: str
+    text: str
+    transcribed: bool
     spoken: SpokenTracker
+    playout: Playout
     task: asyncio.Task | None = None
+    # The client's last playback.position: played_ms at perf_counter() time.
     played_ms: int | None = None
+    played_at: float = 0.0
+    announced: bool = False  # audio.start went out
     interrupted: bool = False
+
+    def heard_ms_reported(self, now: float) -> float | None:
+        """The client's position now: its report plus the time since, while it had audio."""
+        if self.played_ms is None:
+            return None
+        return self.played_ms + (now - self.played_at) * 1000
+
+    def audible(self, now: float) -> bool:
+        """The reply is being made or heard (and was not interrupted)."""
+        if self.interrupted or self.task is None:
+            return False
+        return not self.task.done() or self.spoken.playing(now)
+
+
+@dataclass
+class PendingBargeIn:
+    """Speech started while the bot's reply was in flight; not yet confirmed."""
+
+    turn: ActiveTurn
+    utterance: int
+    onset_ms: int
+    detected_at: float
+    # Stream time already received when SpeechStarted came: how far STT runs behind.
+    detected_stream_ms: int = 0
+    ended: bool = False  # EndOfUtterance came: the final transcript decides
+
+    def long_enough(self, received_ms: int, now: float, min_speech_ms: int) -> bool:
+        """The utterance is still open after ``min_speech_ms`` since its onset.
+
+        Counted in stream time (the audio received) *and* in wall time since
+        SpeechStarted: a client that sends a burst of audio is ahead of what STT has
+        processed, and the EndOfUtterance of a short sound may still be on its way.
+        """
+        if self.ended:
+            return False
+        detected_late_ms = self.detected_stream_ms - self.onset_ms
+        return (received_ms - self.onset_ms >= min_speech_ms
+                and (now - self.detected_at) * 1000 + detected_late_ms >= min_speech_ms)
+
+
+# Sounds that are not an interruption when they are all there is.
+FILLERS = {"uh", "um", "umm", "er", "erm", "eh", "ah", "oh", "mm", "mmm", "hm", "hmm", "mhm", "uh-huh"}
+
+
+def has_words(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
+
+
+def spoken_words(text: str) -> list[str]:
+    """The words of a transcript that mean something (fillers and backchannels left out)."""
+    return [w for w in re.findall(r"[\w'-]+", text.lower()) if w.strip("'-") not in FILLERS]
+
+
+class TurnChannel:
+    """A turn's output: its audio goes out only while it is the live, unpaused turn."""
+
+    def __init__(self, call: Call, turn: ActiveTurn) -> None:
+        self.call, self.turn = call, turn
+
+    def _live(self) -> bool:
+        return not self.turn.interrupted and self.call.turn is self.turn
+
+    async def event(self, kind: str, **fields: Any) -> None:
+        await self.call.send_event(kind, **fields)
+
+    async def audio(self, frame: bytes) -> bool:
+        # Checked under the send lock: once `interrupt` is out, no frame of the turn follows,
+        # and once the playout is paused, none until it resumes.
+        sent = await self.call._send(data=frame,
+                                     still_valid=lambda: self._live() and not self.turn.playout.paused)
+        return sent or not self._live()  # not live: the playout is stopped, the frame is moot
+
+    async def audio_event(self, kind: str) -> None:
+        sent = await self.call._send(text=event(kind, turn_id=self.turn.turn_id), still_valid=self._live)
+        self.turn.announced = self.turn.announced or (sent and kind == "audio.start")
 
 
 class Call:
@@ -68,6 +180,10 @@ class Call:
         # (stream ms at the end of a frame, arrival time): maps VAD times to wall time.
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=3000)
         self._pending_timings: TurnTimings | None = None
+        self._barge_in: PendingBargeIn | None = None
+        # What the person said in a turn that was cut off before any of its reply
+        # went out (they went on speaking): it leads the next turn's text.
+        self._unanswered: str | None = None
 
     # ---- sending -------------------------------------------------------
     async def send_event(self, kind: str, **fields) -> None:
@@ -77,22 +193,20 @@ class Call:
         CLIENT_ERRORS.labels(code).inc()
         await self._send(text=error_event(code, message))
 
-    async def _send_audio(self, turn: ActiveTurn, data: bytes) -> None:
-        # Checked under the send lock: once `interrupt` is out, no frame of that turn follows.
-        await self._send(data=data, still_valid=lambda: not turn.interrupted and self.turn is turn)
-
     async def _send(self, text: str | None = None, data: bytes | None = None,
-                    still_valid=lambda: True) -> None:
+                    still_valid=lambda: True) -> bool:
+        """False only when ``still_valid()`` said no (a closed socket swallows the message)."""
         if self.ws.application_state != WebSocketState.CONNECTED:
-            return
+            return True
         async with self._send_lock:
             if not still_valid():
-                return
+                return False
             with contextlib.suppress(WebSocketDisconnect, RuntimeError):
                 if text is not None:
                     await self.ws.send_text(text)
                 else:
                     await self.ws.send_bytes(data or b"")
+        return True
 
     # ---- receiving -----------------------------------------------------
     async def run(self) -> None:
@@ -121,10 +235,11 @@ class Call:
             elif self.session is None:
                 raise ProtocolError("bad_request", "send session.start first")
             elif isinstance(message, InputText):
+                self._unanswered = None
                 self._start_turn(message.text, TurnTimings())
             elif isinstance(message, PlaybackPosition):
                 if self.turn and self.turn.turn_id == message.turn_id:
-                    self.turn.played_ms = message.played_ms
+                    self.turn.played_ms, self.turn.played_at = message.played_ms, time.perf_counter()
             elif isinstance(message, SessionEnd):
                 return False
         except ProtocolError as exc:
@@ -162,6 +277,9 @@ class Call:
             self._audio.put_nowait(data)
         except asyncio.QueueFull:
             await self.send_error("rate_limited", "audio arrives faster than it can be processed")
+        if self._barge_in is not None and self._barge_in.long_enough(
+                self._received_ms, time.perf_counter(), self.settings.barge_in_min_speech_ms):
+            await self._confirm_barge_in("min_speech")
 
     # ---- STT -----------------------------------------------------------
     def _open_stt(self) -> None:
@@ -190,27 +308,50 @@ class Call:
                 await self.send_error("bad_request", exc.details() or "audio rejected")
             else:
                 await self.send_error("upstream_unavailable", "speech recognition is unavailable")
+        finally:
+            # No STT, no confirmation: a paused reply must not wait for ever.
+            if self._barge_in is not None:
+                self._false_start()
 
     async def _on_stt_event(self, ev: stt_pb2.RecognizeEvent) -> None:
         kind = ev.WhichOneof("event")
         now = time.perf_counter()
         if kind == "speech_started":
-            await self._barge_in()
+            self._speech_started(ev.utterance_index, ev.speech_started.offset_ms, now)
         elif kind == "end_of_utterance":
+            if self._barge_in is not None and self._barge_in.utterance == ev.utterance_index:
+                self._barge_in.ended = True
             self._pending_timings = TurnTimings(
                 speech_end=self._arrival_of(ev.end_of_utterance.end_ms), end_of_utterance=now,
             )
         elif kind == "transcript":
-            text = ev.transcript.text.strip()
-            if not ev.transcript.is_final:
-                if text:
-                    await self.send_event("transcript.partial", turn_id="", text=text)
-                return
-            timings = self._pending_timings or TurnTimings(speech_end=now, end_of_utterance=now)
-            self._pending_timings = None
-            timings.final_transcript = now
+            await self._on_transcript(ev, now)
+
+    async def _on_transcript(self, ev: stt_pb2.RecognizeEvent, now: float) -> None:
+        text = ev.transcript.text.strip()
+        final = ev.transcript.is_final
+        pending = self._barge_in
+        if pending is not None and pending.utterance == ev.utterance_index:
+            span_ms = ev.transcript.end_ms - ev.transcript.start_ms
+            if spoken_words(text) and span_ms >= self.settings.barge_in_min_words_ms:
+                await self._confirm_barge_in("final" if final else "partial")
+            elif final:
+                self._false_start()
+                return  # a sound too short to count while the bot spoke: not a turn either
+        if not final:
             if text:
-                self._start_turn(text, timings, transcribed=True)
+                await self.send_event("transcript.partial", turn_id="", text=text)
+            return
+        timings = self._pending_timings or TurnTimings(speech_end=now, end_of_utterance=now)
+        self._pending_timings = None
+        timings.final_transcript = now
+        if has_words(text):  # an empty (or punctuation-only) final never starts a turn
+            unanswered, self._unanswered = self._unanswered, None
+            self._start_turn(f"{unanswered} {text}" if unanswered else text, timings, transcribed=True)
+        elif self._unanswered:
+            # The speech that cut the question off was no words after all: ask it again.
+            text, self._unanswered = self._unanswered, None
+            self._start_turn(text, timings, transcribed=True)
 
     def _arrival_of(self, stream_ms: int) -> float:
         for end_ms, arrived in self._arrivals:
@@ -218,34 +359,88 @@ class Call:
                 return arrived
         return time.perf_counter()
 
+    # ---- barge-in ------------------------------------------------------
+    def _speech_started(self, utterance: int, onset_ms: int, now: float) -> None:
+        turn = self.turn
+        if turn is None or not turn.audible(now):
+            return
+        turn.playout.pause()  # step 1: not one more frame until this speech is judged
+        self._barge_in = PendingBargeIn(turn, utterance, onset_ms, now, self._received_ms)
+
+    async def _confirm_barge_in(self, reason: str) -> None:
+        pending, self._barge_in = self._barge_in, None
+        if pending is None or pending.turn is not self.turn or pending.turn.interrupted:
+            return
+        turn = pending.turn
+        confirmed_at = time.perf_counter()
+        BARGE_INS.inc()
+        await self._interrupt(turn)
+        interrupted_at = time.perf_counter()
+        await cancel_task(turn.task)
+        if turn.transcribed and not turn.spoken.sent_ms:
+            # Still thinking when the person went on: they were not done ("Actually, | make it
+            # three"). The next turn answers both parts instead of the first part alone.
+            self._unanswered = turn.text
+        self._record_barge_in(pending, reason, confirmed_at, interrupted_at)
+
+    def _false_start(self) -> None:
+        pending, self._barge_in = self._barge_in, None
+        if pending is None:
+            return
+        BARGE_IN_FALSE_STARTS.inc()
+        log.info("barge-in false start", extra={"turn_id": pending.turn.turn_id,
+                                                "utterance": pending.utterance})
+        if not pending.turn.interrupted:
+            pending.turn.playout.resume()  # the same turn's next frame: nothing stale, nothing replayed
+
+    def _record_barge_in(self, pending: PendingBargeIn, reason: str, confirmed_at: float,
+                         interrupted_at: float) -> None:
+        last_sent = pending.turn.playout.last_sent_at or pending.detected_at
+        steps = {
+            "last_audio": max(0.0, last_sent - pending.detected_at),
+            "confirmed": confirmed_at - pending.detected_at,
+            "interrupt": interrupted_at - pending.detected_at,
+        }
+        for step, seconds in steps.items():
+            BARGE_IN_SECONDS.labels(step).observe(seconds)
+        log.info("barge-in", extra={
+            "turn_id": pending.turn.turn_id, "reason": reason,
+            "onset_to_speech_started_ms": pending.detected_stream_ms - pending.onset_ms,
+            **{f"{step}_ms": round(seconds * 1000, 1) for step, seconds in steps.items()},
+            "heard_words": len(self.previous_reply.text.split()) if self.previous_reply else 0,
+        })
+
     # ---- turns ---------------------------------------------------------
     def _start_turn(self, text: str, timings: TurnTimings, transcribed: bool = False) -> None:
         assert self.session is not None and self.session_id is not None
         previous = self.turn
+        self._barge_in = None  # the new turn interrupts the old one anyway
         turn_id = "t_" + uuid.uuid4().hex[:12]
         spoken = SpokenTracker(self.settings.output_sample_rate)
+        playout = Playout(spoken, self.settings.output_frame_ms, self.settings.playback_lead_ms)
         request = TurnRequest(
             self.session_id, self.user_id, turn_id, text, self.session.language,
             self.settings.output_sample_rate,
         )
-        turn = ActiveTurn(turn_id, spoken)
+        turn = ActiveTurn(turn_id, text, transcribed, spoken, playout)
         turn.task = asyncio.create_task(self._turn(previous, turn, request, timings, transcribed))
         self.turn = turn
 
     async def _turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
                     timings: TurnTimings, transcribed: bool) -> None:
-        if previous is not None and not previous.task.done():
+        if previous is not None and previous.audible(time.perf_counter()):
             await self._interrupt(previous)
         await cancel_task(previous.task if previous else None)
         request.previous_reply, self.previous_reply = self.previous_reply, None
         if transcribed:
             await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
-        runner = TurnRunner(self.upstreams, self.send_event,
-                            lambda data: self._send_audio(turn, data), self.settings.turn_timeout_s)
+        runner = TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s)
         try:
-            reply = await runner.run(request, timings, turn.spoken)
+            reply = await runner.run(request, timings, turn.spoken, turn.playout)
         except asyncio.CancelledError:
             TURNS.labels("interrupted").inc()
+            if timings.first_audio is not None:
+                timings.observe()  # its latency was real even if the reply was cut short
             raise
         except grpc.aio.AioRpcError as exc:
             TURNS.labels("error").inc()
@@ -254,29 +449,24 @@ class Call:
             await self.send_error("upstream_unavailable", "the assistant is unavailable right now")
             return
         TURNS.labels("completed").inc()
-        self.previous_reply = brain_pb2.SpokenPart(turn_id=request.turn_id, text=reply)
+        if not turn.interrupted:
+            self.previous_reply = brain_pb2.SpokenPart(turn_id=request.turn_id, text=reply)
         await self.send_event("turn.metrics", turn_id=request.turn_id, ms=timings.observe())
-
-    async def _barge_in(self) -> None:
-        turn = self.turn
-        if turn is None or turn.task.done() or turn.spoken.sent_ms == 0:
-            return
-        BARGE_INS.inc()
-        await self._interrupt(turn)
-        await cancel_task(turn.task)
 
     async def _interrupt(self, turn: ActiveTurn) -> None:
         """Stop the turn's audio now and remember what of it was heard."""
         if turn.interrupted:
             return
         turn.interrupted = True
-        if turn.spoken.sent_ms:
+        turn.playout.stop()
+        now = time.perf_counter()
+        heard = turn.spoken.spoken_text(turn.heard_ms_reported(now), now)
+        self.previous_reply = brain_pb2.SpokenPart(turn_id=turn.turn_id, text=heard, interrupted=True)
+        if turn.announced:
             await self.send_event("interrupt", turn_id=turn.turn_id)
-        self.previous_reply = brain_pb2.SpokenPart(
-            turn_id=turn.turn_id, text=turn.spoken.spoken_text(turn.played_ms), interrupted=True,
-        )
 
     async def close(self) -> None:
+        self._barge_in = None
         if self.turn is not None:
             await cancel_task(self.turn.task)
         if self._audio is not None:

@@ -29,6 +29,18 @@ class GatewaySettings(BaseSettings):
     output_sample_rate: int = 16000
     # How long a turn may wait on the brain before giving up.
     turn_timeout_s: float = 60.0
+    # Reply audio goes out in frames of this length, paced so that the client holds
+    # at most playback_lead_ms of unplayed audio (rides out jitter; an interrupt stops it soon).
+    output_frame_ms: int = 20
+    playback_lead_ms: int = 300
+    # Speech while the bot talks pauses its audio at once; this much stream time since the
+    # onset, with the utterance still open, confirms a barge-in (so does a partial
+    # transcript with words). It includes the endpointer's closing silence
+    # (STT_MIN_SILENCE_MS, 320): keep it above that plus the longest noise to ignore.
+    barge_in_min_speech_ms: int = 600
+    # A transcript confirms a barge-in only with words over at least this much speech:
+    # Whisper hears words in short clicks and coughs.
+    barge_in_min_words_ms: int = 200
 
     def token_map(self) -> dict[str, str]:
         pairs = {}

@@ -15,9 +15,14 @@ class TtsSettings(ServiceSettings):
     # Piper voice .onnx; empty means the packaged en_US-joe-medium.
     voice_path: str = ""
     voice_config_path: str = ""
-    # Concurrent sentence syntheses across all calls.
+    # Concurrent phrase renders across all calls (the worker pool's size).
     workers: int = 2
+    # ONNX threads per render; 0 means cores // workers, so the pool uses each core once.
+    threads: int = 0
     chunk_ms: int = 100
     # A clause longer than this is cut at a comma so speech starts sooner.
     max_clause_chars: int = 120
+    # A sentence is rendered in pieces at its commas when both sides have at least
+    # this many phonemes (~1 s of speech), so its first audio comes sooner; 0 renders whole sentences.
+    min_phrase_phonemes: int = 24
     max_text_chars: int = 4000

@@ -3,8 +3,9 @@ from prometheus_client import Counter, Gauge, Histogram
 from voicebot.common.metrics import LATENCY_BUCKETS
 
 SYNTH_SECONDS = Histogram(
-    "voicebot_tts_synthesis_seconds", "Piper synthesis time per sentence", buckets=LATENCY_BUCKETS
+    "voicebot_tts_synthesis_seconds", "Piper render time per phrase", buckets=LATENCY_BUCKETS
 )
+PHRASES = Counter("voicebot_tts_phrases_total", "Phrases rendered (a sentence is one or more phrases)")
 FIRST_AUDIO_SECONDS = Histogram(
     "voicebot_tts_first_audio_seconds",
     "From a sentence being complete to its first audio chunk",

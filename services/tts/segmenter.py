@@ -1,23 +1,42 @@
 """Cut streamed text into sentences as soon as each one is complete.
 
-Boundaries: . ! ? … and their full-width/Korean forms, followed by a space or
-the end of input. Not boundaries: abbreviations (Dr. Mr. e.g.), decimals
-(3.5), times (7.30), initials, and an ellipsis in the middle of a thought
-only ends a sentence when a capital letter follows. A clause longer than
-``max_clause_chars`` is cut at its last comma so the first audio is not held
-back by a long sentence.
+Boundaries: . ! ? … followed by a space or the end of input, full-width
+。！？ (no space needed after them), and a line break. Not boundaries: titles
+(Dr. Mr. e.g.), "No. 5", single initials (J. Smith), decimals (3.5) and
+times (7.30), which never have a space after the dot. A sentence-final
+abbreviation (etc. p.m.) or an ellipsis ends a sentence only when a capital
+letter follows: "Wait... Really?" is two sentences, "Well... I think" and
+"so... maybe" are one.
+
+A clause that grows past ``max_clause_chars`` without ending is cut at its
+last comma (or ; :) within that length, or at the first one after it, so a
+long sentence's first audio is not held back until its full stop arrives.
+A punctuation mark at the very end of the text so far waits for the next
+delta: "3." may become "3.5".
 """
 
 from __future__ import annotations
 
 import re
 
-ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e",
-    "a.m", "p.m", "no", "approx", "dept", "inc", "ltd", "co", "mt", "ft",
+# Never end a sentence: they introduce what follows.
+TITLES = {
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "approx", "dept", "e.g", "i.e",
+    "fig", "vol",
 }
-_END_CHARS = ".!?…。！？"
-_BOUNDARY = re.compile(r"([.!?…。！？]+)([\"'”’)\]]*)(\s+|$)")
+# End a sentence only when a capital letter follows ("at 7 p.m. See you").
+FINAL_ABBREVIATIONS = {"etc", "a.m", "p.m", "inc", "ltd", "co", "u.s", "u.k"}
+# Abbreviations before a number: "No. 5" goes on, "Say no. Then" ends.
+NUMBER_ABBREVIATIONS = {"no", "nos", "p", "pp"}
+
+_BOUNDARY = re.compile(
+    r"(?P<punct>[.!?…]+)(?P<close>[\"'”’)\]]*)(?P<space>\s+|$)"  # Latin: needs a space after
+    r"|(?P<wide>[。！？]+)(?P<wide_close>[」』”’)\]]*)(?P<wide_space>\s*)"  # full-width: no space needed
+    r"|(?P<newline>\n+)"
+)
+_CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|[，、；：]")
+# A clause cut leaves at least this much on its left, so no two-word fragments.
+MIN_CLAUSE_CHARS = 12
 
 
 class SentenceSegmenter:
@@ -28,50 +47,76 @@ class SentenceSegmenter:
     def push(self, text: str) -> list[str]:
         """Add streamed text; return the sentences it completed."""
         self._buffer += text
+        return self._drain(final=False)
+
+    def flush(self) -> list[str]:
+        """The text stream ended: cut what is complete, the rest is the last sentence."""
+        sentences = self._drain(final=True)
+        rest, self._buffer = self._buffer.strip(), ""
+        return [*sentences, rest] if rest else sentences
+
+    def _drain(self, final: bool) -> list[str]:
         sentences: list[str] = []
-        while (cut := self._next_cut(final=False)) is not None:
+        while (cut := self._next_cut(final)) is not None:
             sentence, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:]
             if sentence:
                 sentences.append(sentence)
         return sentences
 
-    def flush(self) -> list[str]:
-        """The text stream ended: whatever is left is the last sentence."""
-        sentences = self.push("")
-        rest, self._buffer = self._buffer.strip(), ""
-        return [*sentences, rest] if rest else sentences
-
     def _next_cut(self, final: bool) -> int | None:
         for match in _BOUNDARY.finditer(self._buffer):
-            end = match.end()
-            if match.group(3) == "" and not final:
+            if match["newline"] is not None:
+                return match.end()
+            if match["wide"] is not None:
+                return match.end()
+            if match["space"] == "" and not final:
                 # Punctuation at the very end of what we have: the next delta
                 # may continue it ("3." + "5 dollars"), so wait for a space.
                 continue
-            if self._is_boundary(match):
-                return end
+            if self._is_boundary(match, final):
+                return match.end()
         return self._clause_cut()
 
-    def _is_boundary(self, match: re.Match[str]) -> bool:
-        punct = match.group(1)
-        before = self._buffer[: match.start()]
-        if punct == ".":
-            word = re.split(r"\s", before)[-1].lower().rstrip(".")
-            if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
-                return False
+    def _is_boundary(self, match: re.Match[str], final: bool) -> bool:
+        punct = match["punct"]
+        following = self._buffer[match.end():].split(None, 1)
+        next_word = following[0] if following else ""
+        if not next_word and not final:
+            # "Dr." + " Smith": a space came but the next word did not yet.
+            return not self._is_abbreviation(match) and punct not in ("...", "…")
+        capital_next = next_word[:1].isupper() and next_word != "I"
         if punct in ("...", "…"):
             # "Wait... Really?" ends; "Well... I think" and "so... maybe" go on.
-            following = self._buffer[match.end():].split(" ", 1)[0]
-            return following[:1].isupper() and following != "I"
+            return (final and not next_word) or capital_next
+        if punct != ".":
+            return True
+        word = re.split(r"\s", self._buffer[: match.start()])[-1].lower()
+        if word in TITLES or _is_initial(self._buffer[: match.start()]):
+            return False
+        if word in FINAL_ABBREVIATIONS:
+            return capital_next or (final and not next_word)
+        if word in NUMBER_ABBREVIATIONS:
+            return not next_word[:1].isdigit()
         return True
+
+    def _is_abbreviation(self, match: re.Match[str]) -> bool:
+        if match["punct"] != ".":
+            return False
+        before = self._buffer[: match.start()]
+        word = re.split(r"\s", before)[-1].lower()
+        return word in TITLES | FINAL_ABBREVIATIONS | NUMBER_ABBREVIATIONS or _is_initial(before)
 
     def _clause_cut(self) -> int | None:
         if len(self._buffer) < self.max_clause_chars:
             return None
-        comma = max(self._buffer.rfind(", ", 0, self.max_clause_chars),
-                    self._buffer.rfind("，", 0, self.max_clause_chars))
-        return comma + 1 if comma > 0 else None
+        breaks = [m.end() for m in _CLAUSE_BREAK.finditer(self._buffer) if m.end() >= MIN_CLAUSE_CHARS]
+        within = [b for b in breaks if b <= self.max_clause_chars]
+        if within:
+            return within[-1]
+        return breaks[0] if breaks else None
 
 
-def is_sentence_end(text: str) -> bool:
-    return text.rstrip()[-1:] in _END_CHARS
+def _is_initial(before: str) -> bool:
+    """'J' in "J. Smith": one capital Latin letter (not a Korean syllable, not "I")."""
+    word = re.split(r"\s", before)[-1]
+    return len(word) == 1 and "A" <= word <= "Z" and word != "I"

@@ -1,10 +1,13 @@
 """gRPC TextToSpeech service.
 
 A reader task feeds text deltas to the segmenter; each complete sentence is
-queued at once and synthesized by the shared worker pool while more text is
-still arriving. Audio leaves in chunks of at most ``chunk_ms``, resampled to
-the rate the caller asked for. A sentence that fails is reported in an error
-event and the stream goes on with the next.
+queued at once, so synthesis starts while more text is still arriving. A
+sentence is normalised for the ear, split into phrases, and each phrase is
+rendered as its own job in the shared ``DeadlinePool``; its audio leaves in
+chunks of at most ``chunk_ms`` as soon as it exists, resampled (soxr,
+streaming within the sentence) to the rate the caller asked for. Cancelling
+the call stops the work between phrases. A sentence that fails is reported
+in an error event and the stream goes on with the next.
 """
 
 from __future__ import annotations
@@ -13,22 +16,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import numpy as np
 
 from services.tts.config import TtsSettings
-from services.tts.engine import PiperEngine, TtsEngine, packaged_voice
+from services.tts.engine import Leveller, PiperEngine, TtsEngine, default_threads, packaged_voice
 from services.tts.metrics import (
     ACTIVE_STREAMS,
     FIRST_AUDIO_SECONDS,
+    PHRASES,
     SENTENCE_ERRORS,
     SYNTH_SECONDS,
 )
+from services.tts.normalize import prepare
+from services.tts.pool import DeadlinePool
 from services.tts.segmenter import SentenceSegmenter
-from voicebot.common.audio import float_to_pcm16, resample
+from voicebot.common.audio import StreamResampler, float_to_pcm16
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
@@ -38,17 +45,33 @@ _DONE = object()
 OUTPUT_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 
 
+@dataclass
+class Stream:
+    """One call's output so far: how far ahead of its listener it is decides its urgency."""
+
+    rate: int
+    language: str
+    first_audio_at: float | None = None
+    audio_s: float = 0.0
+    sentences: int = 0
+
+    def deadline(self) -> float:
+        """When the listener runs out of audio (now, if nothing was produced yet)."""
+        if self.first_audio_at is None:
+            return time.perf_counter()
+        return self.first_audio_at + self.audio_s
+
+
 class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
     def __init__(self, settings: TtsSettings, engine: TtsEngine) -> None:
         self.settings = settings
         self.engine = engine
-        self._executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="tts-synth")
+        self.pool = DeadlinePool(settings.workers)
 
     async def StreamingSynthesize(self, request_iterator, context: grpc.aio.ServicerContext):
-        requests = request_iterator.__aiter__()
-        try:
-            first = await requests.__anext__()
-        except StopAsyncIteration:
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is None:
             return
         if first.WhichOneof("request") != "config":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be config")
@@ -63,19 +86,19 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"voice {first.config.voice!r} is not loaded; this server has 'default'",
             )
+        stream = Stream(rate, (first.config.language or "en").lower())
         sentences: asyncio.Queue = asyncio.Queue()
         ACTIVE_STREAMS.inc()
         reader = asyncio.create_task(self._read(requests, sentences))
         try:
-            index = 0
             while (item := await sentences.get()) is not _DONE:
                 if isinstance(item, str):
-                    async for event in self._speak(index, item, rate):
+                    async for event in self._speak(stream, item):
                         yield event
-                    index += 1
                 else:
                     yield item
         finally:
+            # Also reached when the caller cancels: no phrase is submitted after this.
             ACTIVE_STREAMS.dec()
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -102,57 +125,79 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         finally:
             await sentences.put(_DONE)
 
-    async def _speak(self, index: int, sentence: str, rate: int):
-        yield tts_pb2.SynthesizeEvent(
-            sentence_started=tts_pb2.SentenceStarted(index=index, text=sentence)
-        )
+    async def _speak(self, stream: Stream, sentence: str) -> AsyncIterator[tts_pb2.SynthesizeEvent]:
+        text = prepare(sentence, stream.language)
+        if not text:
+            return  # nothing speakable (stray markup): no sentence to report
+        index, stream.sentences = stream.sentences, stream.sentences + 1
+        # The sentence as written, so the gateway can tell which words were heard.
+        yield tts_pb2.SynthesizeEvent(sentence_started=tts_pb2.SentenceStarted(index=index, text=sentence))
         ready_at = time.perf_counter()
+        samples = 0
         try:
-            audio = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._synthesize, sentence
-            )
+            async for audio in self._phrases(stream, text):
+                if samples == 0:
+                    FIRST_AUDIO_SECONDS.observe(time.perf_counter() - ready_at)
+                samples += len(audio)
+                for chunk in self._chunks(audio, stream.rate):
+                    yield tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
+                        pcm16=chunk, sample_rate=stream.rate, sentence_index=index))
         except Exception as exc:  # noqa: BLE001 - one bad sentence must not end the reply
             SENTENCE_ERRORS.inc()
             log.warning("sentence failed", extra={"index": index, "error": repr(exc)})
             yield tts_pb2.SynthesizeEvent(
-                error=tts_pb2.SynthesisError(sentence_index=index, message="synthesis failed")
-            )
+                error=tts_pb2.SynthesisError(sentence_index=index, message="synthesis failed"))
             return
-        FIRST_AUDIO_SECONDS.observe(time.perf_counter() - ready_at)
-        audio = resample(audio, self.engine.sample_rate, rate)
+        yield tts_pb2.SynthesizeEvent(sentence_done=tts_pb2.SentenceDone(
+            index=index, duration_ms=samples * 1000 // stream.rate))
+
+    async def _phrases(self, stream: Stream, text: str) -> AsyncIterator[np.ndarray]:
+        """The sentence's audio at the caller's rate, one phrase at a time as each is rendered."""
+        urgent = stream.first_audio_at is None
+        phrases = await self.pool.run(stream.deadline(), self.engine.split, text, urgent)
+        level = Leveller()
+        resampler = StreamResampler(self.engine.sample_rate, stream.rate)
+        for number, phrase in enumerate(phrases):
+            raw = await self.pool.run(stream.deadline(), self._render, phrase)
+            last = number == len(phrases) - 1
+            audio = resampler.process(level(raw), last=last)
+            if stream.first_audio_at is None:
+                stream.first_audio_at = time.perf_counter()
+            stream.audio_s += len(raw) / self.engine.sample_rate
+            if len(audio):
+                yield audio
+
+    def _render(self, phrase) -> np.ndarray:
+        started = time.perf_counter()
+        audio = self.engine.render(phrase)
+        SYNTH_SECONDS.observe(time.perf_counter() - started)
+        PHRASES.inc()
+        return audio
+
+    def _chunks(self, audio: np.ndarray, rate: int):
         step = max(1, rate * self.settings.chunk_ms // 1000)
         for start in range(0, len(audio), step):
-            yield tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
-                pcm16=float_to_pcm16(audio[start:start + step]),
-                sample_rate=rate,
-                sentence_index=index,
-            ))
-        yield tts_pb2.SynthesizeEvent(sentence_done=tts_pb2.SentenceDone(
-            index=index, duration_ms=int(len(audio) * 1000 / rate)
-        ))
-
-    def _synthesize(self, sentence: str) -> np.ndarray:
-        started = time.perf_counter()
-        parts = list(self.engine.synthesize(sentence))
-        SYNTH_SECONDS.observe(time.perf_counter() - started)
-        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+            yield float_to_pcm16(audio[start:start + step])
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown()
 
 
 def build_engine(settings: TtsSettings) -> TtsEngine:
+    threads = settings.threads or default_threads(settings.workers)
     if settings.voice_path:
-        config = Path(settings.voice_config_path) if settings.voice_config_path else None
-        return PiperEngine(Path(settings.voice_path).expanduser(), config)
-    return PiperEngine(*packaged_voice())
+        config = Path(settings.voice_config_path).expanduser() if settings.voice_config_path else None
+        return PiperEngine(Path(settings.voice_path).expanduser(), config, threads,
+                           settings.min_phrase_phonemes)
+    model, config = packaged_voice()
+    return PiperEngine(model, config, threads, settings.min_phrase_phonemes)
 
 
 def main() -> None:
     settings = TtsSettings()
     setup_logging("tts", settings.log_level, settings.log_json)
     servicer = TextToSpeechServicer(settings, build_engine(settings))
-    list(servicer.engine.synthesize("Ready."))  # warm the model
+    list(servicer.engine.synthesize("Ready, one two three."))  # warm the model
 
     def register(server: grpc.aio.Server) -> list[str]:
         tts_pb2_grpc.add_TextToSpeechServicer_to_server(servicer, server)

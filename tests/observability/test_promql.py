@@ -70,8 +70,9 @@ def test_every_dashboard_query_parses(promtool, dashboard, tmp_path):
 
 
 def test_dashboard_shows_what_operators_need():
-    dashboard = json.loads((ROOT / "k8s" / "dashboards" / "voicebot.json").read_text())
-    queries = " ".join(expr for _, expr in dashboard_expressions(ROOT / "k8s" / "dashboards" / "voicebot.json"))
+    path = ROOT / "k8s" / "dashboards" / "voicebot.json"
+    dashboard = json.loads(path.read_text())
+    queries = " ".join(expr for _, expr in dashboard_expressions(path))
     for needed in ('stage="voice_to_voice"', "histogram_quantile(0.99", 'stage="endpoint"', 'stage="stt"',
                    'stage="llm_ttft"', 'stage="tts_ttfa"', "voicebot_barge_ins_total", "voicebot_turns_total",
                    "voicebot_tool_calls_total", "voicebot_guard_blocks_total", "voicebot_llm_fallbacks_total",

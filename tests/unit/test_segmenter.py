@@ -14,14 +14,32 @@ def segment(deltas, max_clause=120):
 
 
 @pytest.mark.parametrize(("deltas", "streamed", "flushed"), [
+    # English
     (["Hello there. How ", "are you?"], ["Hello there."], ["How are you?"]),
     (["It costs 3.", "5 dollars. Ok"], ["It costs 3.5 dollars."], ["Ok"]),
     (["Dr. Smith is in. Yes."], ["Dr. Smith is in."], ["Yes."]),
+    (["Dr.", " ", "Smith is in. Yes."], ["Dr. Smith is in."], ["Yes."]),
     (["We open at 7.30 tomorrow. See you"], ["We open at 7.30 tomorrow."], ["See you"]),
     (["Well... I think so. Yes"], ["Well... I think so."], ["Yes"]),
     (["Wait... Really? Sure"], ["Wait...", "Really?"], ["Sure"]),
-    (["예약하시겠어요? 네 알겠습니다. "], ["예약하시겠어요?", "네 알겠습니다."], []),
+    (["Wait...", " ", "Really? Sure"], ["Wait...", "Really?"], ["Sure"]),
+    (["so… maybe later. Ok"], ["so… maybe later."], ["Ok"]),
     (["Great! ", "Two people."], ["Great!"], ["Two people."]),
+    (["Table No. 5 is free. Say no. Then"], ["Table No. 5 is free.", "Say no."], ["Then"]),
+    (["See you at 7 p.m. Thanks!"], ["See you at 7 p.m."], ["Thanks!"]),
+    (["Bring plates, cups, etc. and a cake. Ok"], ["Bring plates, cups, etc. and a cake."], ["Ok"]),
+    (["J. Smith booked it. Fine"], ["J. Smith booked it."], ["Fine"]),
+    (["I said \"yes.\" Then I left"], ["I said \"yes.\""], ["Then I left"]),
+    (["Options:\n- a window seat\n- the bar"], ["Options:", "- a window seat"], ["- the bar"]),
+    (["It is $1,500 in total. Ok"], ["It is $1,500 in total."], ["Ok"]),
+    (["Wait..."], [], ["Wait..."]),
+    # Korean
+    (["예약하시겠어요? 네 알겠습니다. "], ["예약하시겠어요?", "네 알겠습니다."], []),
+    (["네. 알겠습니다. "], ["네.", "알겠습니다."], []),
+    (["3.5킬로미터예요. 네"], ["3.5킬로미터예요."], ["네"]),
+    (["7시 30분", "에 뵙겠습니다! 감사합니다"], ["7시 30분에 뵙겠습니다!"], ["감사합니다"]),
+    (["예약했습니다。다음 주에 봬요！"], ["예약했습니다。", "다음 주에 봬요！"], []),
+    (["음... 잠시만요. 네"], ["음... 잠시만요."], ["네"]),
 ])
 def test_sentences(deltas, streamed, flushed):
     assert segment(deltas) == (streamed, flushed)
@@ -30,4 +48,34 @@ def test_sentences(deltas, streamed, flushed):
 def test_long_clause_is_cut_at_a_comma():
     text = "For a party of eight on a Saturday evening, we would need a deposit, " * 2
     streamed, _ = segment([text], max_clause=60)
-    assert streamed and streamed[0].endswith(",")
+    assert streamed[0] == "For a party of eight on a Saturday evening,"
+
+
+def test_long_clause_streamed_word_by_word_is_cut_as_soon_as_it_is_long():
+    words = "Our terrace on the river side, which we heat in winter, seats twelve people easily".split(" ")
+    seg = SentenceSegmenter(max_clause_chars=40)
+    cuts = []
+    for word in words:
+        cuts += [(word, sentence) for sentence in seg.push(word + " ")]
+    # The first comma is before the limit: cut there as soon as the text reaches 40 characters.
+    assert cuts[0] == ("we", "Our terrace on the river side,")
+
+
+def test_a_long_clause_without_an_early_comma_is_cut_at_the_first_one_after_the_limit():
+    text = "The private dining room upstairs with the long oak table, seats twelve, and more"
+    streamed, flushed = segment([text], max_clause=30)
+    assert streamed == ["The private dining room upstairs with the long oak table,"]
+    assert flushed == ["seats twelve, and more"]  # under the limit: not cut again
+
+
+def test_no_cut_inside_a_number_or_a_short_clause():
+    streamed, flushed = segment(["It is 1,000,000 dollars or so, they say, and"], max_clause=10)
+    assert streamed == ["It is 1,000,000 dollars or so,"]
+    assert flushed == ["they say, and"]
+
+
+def test_korean_long_clause_is_cut_at_a_comma():
+    text = "창가 자리는 이미 예약되어 있어서, 안쪽 자리로 준비해 드릴 수 있는데 괜찮으실까요"
+    streamed, flushed = segment([text], max_clause=20)
+    assert streamed == ["창가 자리는 이미 예약되어 있어서,"]
+    assert flushed == ["안쪽 자리로 준비해 드릴 수 있는데 괜찮으실까요"]

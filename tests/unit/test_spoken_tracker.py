@@ -1,14 +1,26 @@
-"""What the person heard of an interrupted reply, from the audio sent and the client's playback."""
+"""What the person heard of a reply (audio sent, the client's playback), and the paced playout."""
 
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from gateway.playout import Playout
 from gateway.turn import SpokenTracker, TurnTimings
+
+RATE = 16000
+MS = RATE * 2 // 1000  # bytes per millisecond of PCM16
 
 
 def tracker() -> SpokenTracker:
-    t = SpokenTracker(sample_rate=16000)
+    t = SpokenTracker(sample_rate=RATE)
     t.sentence_started("Tuesday at ten works.")
-    t.audio_sent(16000 * 2)  # 1000 ms
+    t.audio_received(1000 * MS)
     t.sentence_started("Shall I book it for you?")
-    t.audio_sent(16000 * 2)  # 1000 ms
+    t.audio_received(1000 * MS)
+    t.audio_sent(2000 * MS, now=0.0)
     return t
 
 
@@ -24,6 +36,42 @@ def test_played_beyond_what_was_sent_is_capped():
     assert tracker().spoken_text(played_ms=99_000) == "Tuesday at ten works. Shall I book it for you?"
 
 
+def test_without_a_report_heard_is_what_was_sent_less_the_clients_buffer():
+    t = SpokenTracker(sample_rate=RATE)
+    t.sentence_started("Tuesday at ten works.")
+    t.audio_received(1000 * MS)
+    t.sentence_started("Shall I book it for you?")
+    t.audio_received(1000 * MS)
+    t.audio_sent(300 * MS, now=10.0)  # the lead goes at once
+    assert t.buffered_ms(now=10.0) == pytest.approx(300) and t.heard_ms(now=10.0) == pytest.approx(0)
+    for step in range(1, 85):  # then 20 ms frames at real time
+        t.audio_sent(20 * MS, now=10.0 + step * 0.02)
+    assert t.sent_ms == 300 + 84 * 20
+    assert t.heard_ms(now=11.68) == pytest.approx(1680)
+    assert t.spoken_text(now=11.5) == "Tuesday at ten works. Shall I book"
+    assert t.spoken_text(now=100.0) == "Tuesday at ten works. Shall I book it for"  # all sent was played
+
+
+def test_a_client_that_ran_dry_restarts_its_clock():
+    t = SpokenTracker(sample_rate=RATE)
+    t.audio_sent(100 * MS, now=0.0)
+    t.audio_sent(100 * MS, now=5.0)  # TTS was late: the first 100 ms ended long ago
+    assert t.buffered_ms(now=5.0) == pytest.approx(100)
+    assert t.heard_ms(now=5.05) == pytest.approx(150)
+
+
+def test_a_sentence_tts_could_not_speak_was_not_heard():
+    t = SpokenTracker(sample_rate=RATE)
+    t.sentence_started("First.")
+    t.audio_received(500 * MS)
+    t.sentence_started("Broken.")
+    t.sentence_failed()
+    t.sentence_started("Last.")
+    t.audio_received(500 * MS)
+    t.audio_sent(1000 * MS, now=0.0)
+    assert t.spoken_text(played_ms=1000) == "First. Last."
+
+
 def test_stage_timings_are_measured_from_the_end_of_speech():
     t = TurnTimings(speech_end=10.0, end_of_utterance=10.3, final_transcript=10.4, brain_request=10.4,
                     first_delta=10.6, first_tts_text=10.6, first_sentence_ready=10.7, first_audio=10.75)
@@ -31,3 +79,84 @@ def test_stage_timings_are_measured_from_the_end_of_speech():
                              "voice_to_voice": 750}
     typed = TurnTimings(brain_request=1.0, first_delta=1.2, first_tts_text=1.2, first_audio=1.5)
     assert typed.stages_ms()["endpoint"] is None and typed.stages_ms()["voice_to_voice"] == 500
+
+
+# ---- the paced playout, on a fake clock -----------------------------------------------------
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+class Client:
+    """Records (time, frame ms) of every frame sent; ``hold`` says no while paused."""
+
+    def __init__(self, clock: FakeClock, playout: Playout | None = None) -> None:
+        self.clock, self.playout = clock, playout
+        self.sent: list[tuple[float, float]] = []
+
+    async def send(self, frame: bytes) -> bool:
+        if self.playout is not None and self.playout.paused:
+            return False
+        self.sent.append((round(self.clock.now, 3), len(frame) / MS))
+        return True
+
+
+def playout(clock: FakeClock, lead_ms: int = 100) -> Playout:
+    return Playout(SpokenTracker(RATE), frame_ms=20, lead_ms=lead_ms, clock=clock, sleep=clock.sleep)
+
+
+async def test_playout_sends_the_lead_at_once_then_real_time():
+    clock = FakeClock()
+    out = playout(clock)
+    client = Client(clock)
+    out.feed(b"\x00" * 500 * MS)  # five 100 ms TTS chunks' worth
+    out.end()
+    await out.run(client.send)
+    times = [t for t, _ in client.sent]
+    assert len(client.sent) == 25 and all(ms == 20 for _, ms in client.sent)
+    assert times[:6] == [0.0] * 6  # up to the 100 ms lead (plus the frame that crosses it)
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(times[6:])]
+    assert set(gaps) == {0.02}  # then one frame per 20 ms
+    assert out.spoken.sent_ms == 500
+
+
+async def test_a_paused_playout_holds_its_frames_and_resumes_with_the_next_one():
+    clock = FakeClock()
+    out = playout(clock)
+    client = Client(clock, out)
+    out.feed(bytes(range(256)) * (300 * MS // 256))
+    sender = asyncio.create_task(out.run(client.send))
+    while len(client.sent) < 8:  # noqa: ASYNC110 - stepping the fake clock's loop on purpose
+        await asyncio.sleep(0)
+    out.pause()
+    before = len(client.sent)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert len(client.sent) == before  # not one frame while paused
+    out.resume()
+    out.end()
+    await sender
+    assert out.spoken.sent_ms == pytest.approx(300 * MS // 256 * 256 / MS)  # nothing lost, nothing twice
+
+
+async def test_a_stopped_playout_sends_nothing_more():
+    clock = FakeClock()
+    out = playout(clock)
+    client = Client(clock, out)
+    out.feed(b"\x00" * 1000 * MS)
+    sender = asyncio.create_task(out.run(client.send))
+    while len(client.sent) < 8:  # noqa: ASYNC110 - stepping the fake clock's loop on purpose
+        await asyncio.sleep(0)
+    out.stop()
+    await sender
+    sent = len(client.sent)
+    out.feed(b"\x00" * 100 * MS)  # late TTS audio of the interrupted turn
+    assert len(client.sent) == sent and sent < 10

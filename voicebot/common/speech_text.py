@@ -1,7 +1,9 @@
-"""Write numbers, times, money and ordinals the way people say them.
+"""Write numbers, times, money, ordinals and units the way people say them.
 
 Shared by the brain (its replies are for the ear) and TTS (any text it is
-given). English only; other languages pass through unchanged.
+given). English only; other languages pass through unchanged: a voice for
+another language (espeak-ng's Korean, for one) reads digits in its own
+language, which beats guessing Sino-Korean or native numbers here.
 """
 
 from __future__ import annotations
@@ -66,13 +68,51 @@ def _ampm(raw: str) -> str:
     return ("a m" if raw.lower().startswith("a") else "p m") + ("." if raw.endswith(".") else "")
 
 
+# Currency sign: (unit, units, hundredth, hundredths).
+_CURRENCIES = {
+    "$": ("dollar", "dollars", "cent", "cents"),
+    "€": ("euro", "euros", "cent", "cents"),
+    "£": ("pound", "pounds", "penny", "pence"),
+}
+
+
 def _money(match: re.Match[str]) -> str:
+    one, many, small_one, small_many = _CURRENCIES[match["sign"]]
     units = int(match["units"].replace(",", ""))
     cents = int((match["cents"] or "0").ljust(2, "0")[:2])
-    spoken = number_words(units) + (" dollar" if units == 1 else " dollars")
+    spoken = number_words(units) + " " + (one if units == 1 else many)
     if cents:
-        spoken += " " + number_words(cents) + (" cent" if cents == 1 else " cents")
+        spoken += " " + number_words(cents) + " " + (small_one if cents == 1 else small_many)
     return spoken
+
+
+# Unit abbreviation after a number: (singular, plural). Single letters that are
+# also words ("in", "a", "s") are left alone.
+_UNITS = {
+    "km/h": ("kilometer per hour", "kilometers per hour"),
+    "kph": ("kilometer per hour", "kilometers per hour"),
+    "mph": ("mile per hour", "miles per hour"),
+    "km": ("kilometer", "kilometers"), "cm": ("centimeter", "centimeters"),
+    "mm": ("millimeter", "millimeters"), "m": ("meter", "meters"),
+    "kg": ("kilogram", "kilograms"), "mg": ("milligram", "milligrams"), "g": ("gram", "grams"),
+    "lbs": ("pound", "pounds"), "lb": ("pound", "pounds"), "oz": ("ounce", "ounces"),
+    "ml": ("milliliter", "milliliters"), "l": ("liter", "liters"), "L": ("liter", "liters"),
+    "ft": ("foot", "feet"), "mi": ("mile", "miles"),
+    "hrs": ("hour", "hours"), "hr": ("hour", "hours"), "h": ("hour", "hours"),
+    "mins": ("minute", "minutes"), "min": ("minute", "minutes"),
+    "secs": ("second", "seconds"), "sec": ("second", "seconds"),
+    "°C": ("degree Celsius", "degrees Celsius"), "°F": ("degree Fahrenheit", "degrees Fahrenheit"),
+    "°": ("degree", "degrees"),
+}
+# Longest first, so "km/h" wins over "km" and "mins" over "min".
+_UNIT_PATTERN = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
+
+
+def _unit(match: re.Match[str]) -> str:
+    number = match["n"]
+    one, many = _UNITS[match["unit"]]
+    spoken = _decimal(re.match(r"(?P<whole>\d+)(?:\.(?P<fraction>\d+))?", number))
+    return f"{spoken} {one if number == '1' else many}"
 
 
 def _decimal(match: re.Match[str]) -> str:
@@ -84,19 +124,20 @@ def _decimal(match: re.Match[str]) -> str:
 
 
 _RULES: list[tuple[re.Pattern[str], object]] = [
-    (re.compile(r"\$(?P<units>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<cents>\d{1,2}))?\b"), _money),
+    (re.compile(r"(?P<sign>[$€£])(?P<units>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<cents>\d{1,2}))?\b"), _money),
     (re.compile(r"\b(?P<h>\d{1,2}):(?P<m>\d{2})(?:\s*(?P<ampm>[ap]\.?\s?m\b\.?))?(?!\d)", re.I), _time),
     (re.compile(r"\b(?P<h>\d{1,2})\s*(?P<ampm>[ap]\.?m\b\.?)", re.I),
      lambda m: number_words(int(m["h"])) + " " + _ampm(m["ampm"])),
     (re.compile(r"\b(?P<n>\d+)(?:st|nd|rd|th)\b"), lambda m: ordinal_words(int(m["n"]))),
     (re.compile(r"\b(?P<n>\d+(?:\.\d+)?)\s?%"), lambda m: _decimal(re.match(
         r"(?P<whole>\d+)(?:\.(?P<fraction>\d+))?", m["n"])) + " percent"),
+    (re.compile(rf"\b(?P<n>\d+(?:\.\d+)?)\s?(?P<unit>{_UNIT_PATTERN})(?![\w/°])"), _unit),
     (re.compile(r"\b(?P<whole>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<fraction>\d+))?\b"), _decimal),
 ]
 
 
 def speakable(text: str, language: str = "en") -> str:
-    """Numbers, times, money, ordinals and percentages as words (English)."""
+    """Numbers, times, money, ordinals, percentages and units as words (English)."""
     if not language.startswith("en"):
         return text
     for pattern, replace in _RULES:

@@ -1,0 +1,232 @@
+"""StreamingSynthesize through real gRPC: the real piper service as a process, and the
+servicer in-process with a scripted engine for the failure paths."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from services.tts.config import TtsSettings
+from services.tts.engine import TtsEngine
+from services.tts.server import TextToSpeechServicer
+from tests.conftest import LOG_ROOT
+from voicebot.common.grpc_server import start_server
+from voicebot.devstack import Stack
+from voicebot.v1 import tts_pb2, tts_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+# One sentence of many clauses: rendered as many phrases (min 24 phonemes each).
+LONG_SENTENCE = ", ".join(
+    f"then on day {n} we walk along the quiet river past the old mill and the bridge" for n in range(1, 13)
+) + "."
+
+
+class PiperProcess:
+    def __init__(self, addr: str, metrics_port: int) -> None:
+        self.addr = addr
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+
+    async def metric(self, name: str) -> float:
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(self.metrics_url)).text
+        match = re.search(rf"^{name} (\S+)$", text, re.M)
+        assert match, f"{name} not in /metrics"
+        return float(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def piper_tts():
+    """The real TTS service (piper). Clauses are not cut by length here, so LONG_SENTENCE
+    stays one sentence of many phrases."""
+    stack = Stack(LOG_ROOT / "tts", quiet=True)
+    try:
+        proc = stack.start_service("tts", "services.tts.server", {
+            "TTS_PORT": "0", "TTS_METRICS_PORT": "0", "TTS_MAX_CLAUSE_CHARS": "2000"})
+        yield PiperProcess(f"127.0.0.1:{proc.ready['grpc']}", proc.ready["metrics"])
+    finally:
+        stack.stop()
+
+
+def config(rate: int = 16000, language: str = "en") -> tts_pb2.SynthesizeRequest:
+    return tts_pb2.SynthesizeRequest(config=tts_pb2.SynthesisConfig(sample_rate=rate, language=language))
+
+
+def text(value: str) -> tts_pb2.SynthesizeRequest:
+    return tts_pb2.SynthesizeRequest(text=value)
+
+
+def record(event: tts_pb2.SynthesizeEvent) -> tuple:
+    kind = event.WhichOneof("event")
+    if kind == "sentence_started":
+        return ("started", event.sentence_started.index, event.sentence_started.text)
+    if kind == "audio":
+        return ("audio", event.audio.sentence_index, len(event.audio.pcm16), event.audio.sample_rate)
+    if kind == "sentence_done":
+        return ("done", event.sentence_done.index, event.sentence_done.duration_ms)
+    return ("error", event.error.sentence_index)
+
+
+async def synthesize(addr: str, deltas: list[str], rate: int = 16000, language: str = "en") -> list[tuple]:
+    async with grpc.aio.insecure_channel(addr) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+
+        async def requests():
+            yield config(rate, language)
+            for delta in deltas:
+                yield text(delta)
+
+        return [record(ev) async for ev in stub.StreamingSynthesize(requests(), timeout=120)]
+
+
+def kinds(records: list[tuple]) -> list[str]:
+    """Event kinds with runs of audio collapsed: ["started", "audio", "done", ...]."""
+    out: list[str] = []
+    for r in records:
+        if not (r[0] == "audio" and out and out[-1] == "audio"):
+            out.append(r[0])
+    return out
+
+
+# ---- the real service ----------------------------------------------------------------------
+
+async def test_first_sentence_is_spoken_before_the_text_stream_ends(piper_tts):
+    """Audio for sentence 0 arrives while the call is still open and no more text was sent."""
+    async with grpc.aio.insecure_channel(piper_tts.addr) as channel:
+        call = tts_pb2_grpc.TextToSpeechStub(channel).StreamingSynthesize(timeout=60)
+        await call.write(config(24000))
+        await call.write(text("Sure, I can do that. And"))
+        first = [record(await asyncio.wait_for(call.read(), 30)) for _ in range(2)]
+        assert first[0] == ("started", 0, "Sure, I can do that.")
+        assert first[1][:2] == ("audio", 0)
+        await call.write(text(" then we are done."))
+        await call.done_writing()
+        rest = []
+        while (event := await call.read()) is not grpc.aio.EOF:
+            rest.append(record(event))
+    assert kinds(first + rest) == ["started", "audio", "done", "started", "audio", "done"]
+    assert ("started", 1, "And then we are done.") in rest
+
+
+@pytest.mark.parametrize("rate", [8000, 24000, 48000])
+async def test_audio_comes_in_chunks_of_at_most_100_ms_at_the_asked_rate(piper_tts, rate):
+    records = await synthesize(piper_tts.addr, ["It is $12.50 for 2. ", "See you at 7:30 pm!"], rate)
+    audio = [r for r in records if r[0] == "audio"]
+    assert {r[3] for r in audio} == {rate}
+    assert max(r[2] for r in audio) <= rate // 10 * 2  # 100 ms of PCM16
+    for done in (r for r in records if r[0] == "done"):
+        sent = sum(r[2] for r in audio if r[1] == done[1]) // 2
+        assert sent * 1000 // rate == done[2]
+        assert done[2] > 500  # real speech, not a click
+
+
+async def test_cancelling_mid_sentence_stops_synthesis(piper_tts):
+    # How many phrases this sentence is when spoken to the end.
+    before = await piper_tts.metric("voicebot_tts_phrases_total")
+    whole = await synthesize(piper_tts.addr, [LONG_SENTENCE], 48000)
+    phrases = await piper_tts.metric("voicebot_tts_phrases_total") - before
+    assert kinds(whole) == ["started", "audio", "done"] and phrases >= 8
+
+    before = await piper_tts.metric("voicebot_tts_phrases_total")
+    async with grpc.aio.insecure_channel(piper_tts.addr) as channel:
+        call = tts_pb2_grpc.TextToSpeechStub(channel).StreamingSynthesize(timeout=60)
+        await call.write(config(48000))
+        await call.write(text(LONG_SENTENCE))
+        await call.done_writing()
+        while record(await call.read())[0] != "audio":
+            pass
+        call.cancel()  # mid-sentence: one phrase heard, the rest not made yet
+    for _ in range(100):
+        if await piper_tts.metric("voicebot_tts_active_streams") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await piper_tts.metric("voicebot_tts_active_streams") == 0
+    made = await piper_tts.metric("voicebot_tts_phrases_total") - before
+    await asyncio.sleep(0.5)
+    assert await piper_tts.metric("voicebot_tts_phrases_total") - before == made  # nothing after the cancel
+    assert made < phrases / 2
+
+
+async def test_concurrent_calls_all_get_their_own_audio(piper_tts):
+    texts = ["One table for two.", "Three people at eight, please.", "Is the terrace open?", "Thank you!"]
+    results = await asyncio.gather(*(synthesize(piper_tts.addr, [t]) for t in texts))
+    for sentence, records in zip(texts, results, strict=True):
+        assert records[0] == ("started", 0, sentence)
+        assert kinds(records) == ["started", "audio", "done"]
+
+
+async def test_bad_config_is_rejected(piper_tts):
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await synthesize(piper_tts.addr, ["Hi."], rate=11025)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# ---- in-process, scripted engine -------------------------------------------------------------
+
+class ScriptedEngine(TtsEngine):
+    """One phrase per comma-separated piece, 50 ms of tone each; a piece containing FAIL raises."""
+
+    sample_rate = 16000
+
+    def __init__(self) -> None:
+        self.split_texts: list[str] = []
+
+    def split(self, text: str, urgent: bool = False) -> list[str]:
+        self.split_texts.append(text)
+        return [piece for piece in text.split(",") if piece.strip()]
+
+    def render(self, phrase: str) -> np.ndarray:
+        if "FAIL" in phrase:
+            raise RuntimeError("piper could not speak this")
+        return np.full(800, 0.3, np.float32)
+
+
+@pytest.fixture
+async def scripted_tts():
+    engine = ScriptedEngine()
+    settings = TtsSettings(port=0, metrics_port=0, workers=2)
+    servicer = TextToSpeechServicer(settings, engine)
+
+    def register(server):
+        tts_pb2_grpc.add_TextToSpeechServicer_to_server(servicer, server)
+        return [tts_pb2.DESCRIPTOR.services_by_name["TextToSpeech"].full_name]
+
+    running = await start_server(settings, register)
+    yield f"127.0.0.1:{running.port}", engine
+    await running.server.stop(None)
+    servicer.shutdown()
+
+
+async def test_a_failed_sentence_is_reported_and_the_next_one_is_spoken(scripted_tts):
+    addr, _engine = scripted_tts
+    records = await synthesize(addr, ["First one. Then FAIL here. ", "And the last one."])
+    assert kinds(records) == ["started", "audio", "done", "started", "error", "started", "audio", "done"]
+    assert [r for r in records if r[0] in ("started", "error")] == [
+        ("started", 0, "First one."), ("started", 1, "Then FAIL here."), ("error", 1),
+        ("started", 2, "And the last one.")]
+
+
+async def test_a_failure_after_the_first_phrase_stops_that_sentence_only(scripted_tts):
+    addr, _engine = scripted_tts
+    records = await synthesize(addr, ["Good start, then FAIL, never heard. Fine."])
+    assert kinds(records) == ["started", "audio", "error", "started", "audio", "done"]
+
+
+async def test_text_is_normalised_but_reported_as_written(scripted_tts):
+    addr, engine = scripted_tts
+    records = await synthesize(addr, ["**Sure**, it is $12.50. ", "**\n", "- Two *people* at 7:30 pm."])
+    started = [r[2] for r in records if r[0] == "started"]
+    assert started == ["**Sure**, it is $12.50.", "- Two *people* at 7:30 pm."]  # "**" alone: nothing to say
+    assert engine.split_texts == ["Sure, it is twelve dollars fifty cents.",
+                                  "Two people at seven thirty p m."]
+
+
+async def test_korean_text_keeps_its_numbers(scripted_tts):
+    addr, engine = scripted_tts
+    await synthesize(addr, ["**네**, 7시 30분에 2명 예약했어요. 감사합니다!"], language="ko")
+    assert engine.split_texts == ["네, 7시 30분에 2명 예약했어요.", "감사합니다!"]

@@ -1,0 +1,222 @@
+"""The gateway's barge-in decisions, with scripted STT events and fake brain/TTS calls (no network).
+
+The integration tests (tests/integration/test_bargein.py) run the same logic against the real
+services; here the cases that real audio cannot make deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from starlette.websockets import WebSocketState
+
+from gateway.call import Call, spoken_words
+from gateway.config import GatewaySettings
+from gateway.protocol import SessionStart
+from voicebot.v1 import brain_pb2, stt_pb2, tts_pb2
+
+RATE = 16000
+FRAME = b"\0" * (RATE * 20 // 1000 * 2)
+
+
+class FakeWebSocket:
+    application_state = WebSocketState.CONNECTED
+
+    def __init__(self) -> None:
+        self.sent: list[dict | int] = []  # events, or the byte count of an audio frame
+
+    async def send_text(self, text: str) -> None:
+        self.sent.append(json.loads(text))
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.sent.append(len(data))
+
+    def audio_frames(self) -> int:
+        return sum(isinstance(item, int) for item in self.sent)
+
+    def kinds(self) -> list[str]:
+        out: list[str] = []
+        for item in self.sent:
+            kind = "audio" if isinstance(item, int) else item["type"]
+            if not (kind == "audio" and out and out[-1] == "audio"):
+                out.append(kind)
+        return out
+
+
+class FakeCall:
+    """An async-iterable gRPC call that can be cancelled."""
+
+    def __init__(self, events) -> None:
+        self._events = events
+        self.cancelled = False
+
+    def __aiter__(self):
+        return self._events.__aiter__()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeBrain:
+    def __init__(self, think_s: float = 0.0) -> None:
+        self.requests: list[brain_pb2.RespondRequest] = []
+        self.think_s = think_s
+
+    def Respond(self, request, timeout=None):
+        self.requests.append(request)
+
+        async def events():
+            await asyncio.sleep(self.think_s)
+            for word in ("Sure, ", "see you then."):
+                yield brain_pb2.RespondEvent(delta=brain_pb2.TextDelta(text=word))
+            yield brain_pb2.RespondEvent(final=brain_pb2.Final(text="Sure, see you then."))
+
+        return FakeCall(events())
+
+
+class FakeTts:
+    """Speaks each text delta as one sentence of ``audio_ms`` (100 ms chunks)."""
+
+    def __init__(self, audio_ms: int = 600) -> None:
+        self.audio_ms = audio_ms
+
+    def StreamingSynthesize(self, requests, timeout=None):
+        async def events():
+            index = 0
+            async for request in requests:
+                if request.WhichOneof("request") != "text":
+                    continue
+                yield tts_pb2.SynthesizeEvent(sentence_started=tts_pb2.SentenceStarted(
+                    index=index, text=request.text))
+                for _ in range(self.audio_ms // 100):
+                    yield tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
+                        pcm16=b"\0" * (RATE // 10 * 2), sample_rate=RATE, sentence_index=index))
+                index += 1
+
+        return FakeCall(events())
+
+
+class FakeUpstreams:
+    def __init__(self, brain: FakeBrain, tts: FakeTts) -> None:
+        self.brain, self.tts = brain, tts
+
+
+def make_call(brain: FakeBrain, tts: FakeTts, **settings) -> tuple[Call, FakeWebSocket]:
+    ws = FakeWebSocket()
+    call = Call(ws, "alice", GatewaySettings(tokens="t=alice", playback_lead_ms=100, **settings),
+                FakeUpstreams(brain, tts), sessions=None)
+    call.session, call.session_id = SessionStart(None, "en", RATE), "s_test"
+    # Audio goes to a queue nobody reads: the STT events below are scripted.
+    call._audio = asyncio.Queue()
+    call._stt_task = asyncio.get_running_loop().create_future()
+    return call, ws
+
+
+def speech_started(utterance: int, onset_ms: int) -> stt_pb2.RecognizeEvent:
+    return stt_pb2.RecognizeEvent(utterance_index=utterance,
+                                  speech_started=stt_pb2.SpeechStarted(offset_ms=onset_ms))
+
+
+def transcript(utterance: int, text: str, start_ms: int, end_ms: int, final: bool) -> stt_pb2.RecognizeEvent:
+    return stt_pb2.RecognizeEvent(utterance_index=utterance, transcript=stt_pb2.Transcript(
+        text=text, is_final=final, start_ms=start_ms, end_ms=end_ms))
+
+
+def end_of_utterance(utterance: int, end_ms: int) -> stt_pb2.RecognizeEvent:
+    return stt_pb2.RecognizeEvent(utterance_index=utterance,
+                                  end_of_utterance=stt_pb2.EndOfUtterance(end_ms=end_ms, reason="silence"))
+
+
+async def until(check, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():  # noqa: ASYNC110 - polling a fake's records
+            await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("Uh.", []), ("Mm-hmm", ["mm-hmm"]), ("Hmm, uh", []), ("No!", ["no"]), ("Um, wait", ["wait"]),
+])
+def test_fillers_are_not_words(text, words):
+    assert spoken_words(text) == words
+
+
+async def test_speech_while_the_bot_thinks_holds_the_reply_and_joins_the_two_parts():
+    brain = FakeBrain(think_s=0.2)
+    call, ws = make_call(brain, FakeTts())
+    call._start_turn("Actually", _timings(), transcribed=True)
+    await until(lambda: len(brain.requests) == 1)  # the brain is thinking
+    await call._on_stt_event(speech_started(1, onset_ms=3000))
+    await call._on_stt_event(transcript(1, "make it three", 3000, 3500, final=False))
+    await call._on_stt_event(end_of_utterance(1, 4000))
+    await call._on_stt_event(transcript(1, "make it three people.", 3000, 4000, final=True))
+    await until(lambda: "turn.metrics" in ws.kinds())
+
+    assert [r.text for r in brain.requests] == ["Actually", "Actually make it three people."]
+    assert "interrupt" not in ws.kinds()  # nothing of the first reply was ever sent
+    finals = [e["text"] for e in ws.sent if isinstance(e, dict) and e["type"] == "transcript.final"]
+    assert finals == ["Actually", "Actually make it three people."]
+    assert brain.requests[1].previous_reply.interrupted and brain.requests[1].previous_reply.text == ""
+    await call.close()
+
+
+async def test_a_filler_while_the_bot_speaks_pauses_it_and_then_it_goes_on():
+    brain = FakeBrain()
+    call, ws = make_call(brain, FakeTts(audio_ms=700))
+    call._start_turn("When do you open?", _timings())
+    await until(lambda: ws.kinds()[-1:] == ["audio"])
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    frames = ws.audio_frames()
+    await call._on_stt_event(transcript(0, "Uh", 1000, 1400, final=False))  # a filler: no words
+    await asyncio.sleep(0.3)
+    assert ws.audio_frames() == frames  # not one frame while it is being judged
+    await call._on_stt_event(end_of_utterance(0, 1100))
+    await call._on_stt_event(transcript(0, "Up.", 1000, 1100, final=True))  # words, but 100 ms of them
+    await until(lambda: "turn.metrics" in ws.kinds())
+
+    assert "interrupt" not in ws.kinds() and "transcript.final" not in ws.kinds()
+    assert len(brain.requests) == 1
+    frames = [n for n in ws.sent if isinstance(n, int)]
+    assert sum(frames) == 2 * 700 * RATE * 2 // 1000  # both sentences whole, each frame once
+    await call.close()
+
+
+async def test_speech_that_goes_on_is_confirmed_by_its_length_not_by_a_burst_of_audio():
+    call, ws = make_call(FakeBrain(), FakeTts(audio_ms=3000), barge_in_min_speech_ms=400)
+    call._start_turn("When do you open?", _timings())
+    await until(lambda: ws.kinds()[-1:] == ["audio"])
+    await call._on_audio(FRAME)
+    await call._on_stt_event(speech_started(0, onset_ms=0))
+    for _ in range(40):  # 800 ms of audio at once: ahead of what STT can have judged
+        await call._on_audio(FRAME)
+    assert "interrupt" not in ws.kinds()
+    await asyncio.sleep(0.45)
+    await call._on_audio(FRAME)
+    assert ws.kinds()[-1] == "interrupt"
+    frames = ws.audio_frames()
+    await asyncio.sleep(0.2)
+    assert ws.audio_frames() == frames  # the interrupted turn sends nothing more
+    assert call.previous_reply.interrupted and call.turn.task.done()
+    await call.close()
+
+
+async def test_words_over_enough_speech_confirm_even_after_the_utterance_ended():
+    brain = FakeBrain()
+    call, ws = make_call(brain, FakeTts(audio_ms=3000))
+    call._start_turn("When do you open?", _timings())
+    await until(lambda: ws.kinds()[-1:] == ["audio"])
+    await call._on_stt_event(speech_started(0, onset_ms=500))
+    await call._on_stt_event(end_of_utterance(0, 800))
+    await call._on_stt_event(transcript(0, "No.", 500, 800, final=True))
+    await until(lambda: len(brain.requests) == 2)
+    kinds = ws.kinds()
+    assert kinds.index("interrupt") < kinds.index("transcript.final")
+    assert brain.requests[1].text == "No." and brain.requests[1].previous_reply.interrupted
+    await call.close()
+
+
+def _timings():
+    from gateway.turn import TurnTimings
+
+    return TurnTimings()
