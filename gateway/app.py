@@ -9,7 +9,8 @@ from importlib.resources import files
 
 import redis.asyncio as aioredis
 import uvicorn
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -23,6 +24,7 @@ from gateway.metrics import ACTIVE_SESSIONS
 from gateway.sessions import SessionRegistry
 from gateway.upstreams import Upstreams
 from voicebot.common.logs import setup_logging
+from voicebot.common.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger("gateway")
 
@@ -41,6 +43,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         yield
         await state["upstreams"].close()
         await state["redis"].aclose()
+        shutdown_tracing()
 
     async def call_endpoint(ws: WebSocket) -> None:
         user_id = auth.authenticate(ws)
@@ -75,7 +78,11 @@ def create_app(settings: GatewaySettings) -> Starlette:
         ready = all(checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
-    async def metrics(_request: Request) -> Response:
+    async def metrics(request: Request) -> Response:
+        # Exemplars (trace ids on the stage histograms) exist only in OpenMetrics:
+        # Prometheus asks for it when exemplar storage is on.
+        if "application/openmetrics-text" in request.headers.get("accept", ""):
+            return Response(openmetrics.generate_latest(REGISTRY), media_type=openmetrics.CONTENT_TYPE_LATEST)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(
@@ -93,6 +100,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
 def main() -> None:
     settings = GatewaySettings()
     setup_logging("gateway", settings.log_level, settings.log_json)
+    setup_tracing("gateway")
     if not settings.token_map():
         raise SystemExit("GATEWAY_TOKENS is empty: set at least one TOKEN=USER_ID pair")
     config = uvicorn.Config(

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from opentelemetry import trace
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway.config import GatewaySettings
@@ -66,9 +67,11 @@ from gateway.protocol import (
 from gateway.sessions import SessionRegistry
 from gateway.turn import SpokenTracker, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from gateway.upstreams import Upstreams
+from voicebot.common.telemetry import ids, outgoing_metadata, trace_id_hex, tracer
 from voicebot.v1 import brain_pb2, stt_pb2
 
 log = logging.getLogger("gateway.call")
+TRACER = tracer("voicebot.gateway")
 
 
 @dataclass
@@ -174,12 +177,15 @@ class Call:
         self.turn: ActiveTurn | None = None
         self.previous_reply: brain_pb2.SpokenPart | None = None
         self._send_lock = asyncio.Lock()
-        self._audio: asyncio.Queue[bytes | None] | None = None
+        # Audio for STT; an UtteranceContext rides in the same queue to keep its order.
+        self._audio: asyncio.Queue[bytes | stt_pb2.UtteranceContext | None] | None = None
         self._stt_task: asyncio.Task | None = None
         self._received_ms = 0
         # (stream ms at the end of a frame, arrival time): maps VAD times to wall time.
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=3000)
         self._pending_timings: TurnTimings | None = None
+        # Root `turn` spans opened at speech onset, by utterance, until a turn takes them.
+        self._utterance_spans: dict[int, trace.Span] = {}
         self._barge_in: PendingBargeIn | None = None
         # What the person said in a turn that was cut off before any of its reply
         # went out (they went on speaking): it leads the next turn's text.
@@ -282,7 +288,14 @@ class Call:
             await self._confirm_barge_in("min_speech")
 
     # ---- STT -----------------------------------------------------------
+    def _end_utterance_spans(self, outcome: str) -> None:
+        for span in self._utterance_spans.values():
+            span.set_attribute("voicebot.turn.outcome", outcome)
+            span.end()
+        self._utterance_spans.clear()
+
     def _open_stt(self) -> None:
+        self._end_utterance_spans("stt_stream_ended")  # a new stream numbers utterances afresh
         self._audio = asyncio.Queue(maxsize=self.settings.max_pending_audio_frames)
         self._received_ms = 0
         self._arrivals.clear()
@@ -297,7 +310,10 @@ class Call:
                 sample_rate=self.session.sample_rate, interim_results=True,
             ))
             while (chunk := await audio.get()) is not None:
-                yield stt_pb2.RecognizeRequest(audio=chunk)
+                if isinstance(chunk, stt_pb2.UtteranceContext):
+                    yield stt_pb2.RecognizeRequest(utterance=chunk)
+                else:
+                    yield stt_pb2.RecognizeRequest(audio=chunk)
 
         try:
             async for ev in self.upstreams.stt.StreamingRecognize(requests()):
@@ -317,6 +333,7 @@ class Call:
         kind = ev.WhichOneof("event")
         now = time.perf_counter()
         if kind == "speech_started":
+            self._open_utterance_span(ev.utterance_index)
             self._speech_started(ev.utterance_index, ev.speech_started.offset_ms, now)
         elif kind == "end_of_utterance":
             if self._barge_in is not None and self._barge_in.utterance == ev.utterance_index:
@@ -337,6 +354,10 @@ class Call:
                 await self._confirm_barge_in("final" if final else "partial")
             elif final:
                 self._false_start()
+                span = self._utterance_span(ev.utterance_index)
+                if span is not None:
+                    span.set_attribute("voicebot.turn.outcome", "false_start")
+                    span.end()
                 return  # a sound too short to count while the bot spoke: not a turn either
         if not final:
             if text:
@@ -345,13 +366,33 @@ class Call:
         timings = self._pending_timings or TurnTimings(speech_end=now, end_of_utterance=now)
         self._pending_timings = None
         timings.final_transcript = now
+        span = self._utterance_span(ev.utterance_index)
         if has_words(text):  # an empty (or punctuation-only) final never starts a turn
             unanswered, self._unanswered = self._unanswered, None
-            self._start_turn(f"{unanswered} {text}" if unanswered else text, timings, transcribed=True)
+            self._start_turn(f"{unanswered} {text}" if unanswered else text, timings, transcribed=True,
+                             span=span)
         elif self._unanswered:
             # The speech that cut the question off was no words after all: ask it again.
             text, self._unanswered = self._unanswered, None
-            self._start_turn(text, timings, transcribed=True)
+            self._start_turn(text, timings, transcribed=True, span=span)
+        elif span is not None:
+            span.set_attribute("voicebot.turn.outcome", "no_words")
+            span.end()
+
+    def _open_utterance_span(self, utterance: int) -> None:
+        """A person started speaking: this may become a turn. Its trace starts now, and STT
+        is told the trace context so its span for this utterance joins the same trace."""
+        span = TRACER.start_span("turn", attributes={**ids(self.session_id or ""),
+                                                     "voicebot.turn.input": "speech"})
+        self._utterance_spans[utterance] = span
+        context = stt_pb2.UtteranceContext(utterance_index=utterance, traceparent=dict(
+            outgoing_metadata(trace.set_span_in_context(span))).get("traceparent", ""))
+        if self._audio is not None:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._audio.put_nowait(context)
+
+    def _utterance_span(self, utterance: int):
+        return self._utterance_spans.pop(utterance, None)
 
     def _arrival_of(self, stream_ms: int) -> float:
         for end_ms, arrived in self._arrivals:
@@ -411,7 +452,8 @@ class Call:
         })
 
     # ---- turns ---------------------------------------------------------
-    def _start_turn(self, text: str, timings: TurnTimings, transcribed: bool = False) -> None:
+    def _start_turn(self, text: str, timings: TurnTimings, transcribed: bool = False,
+                    span: trace.Span | None = None) -> None:
         assert self.session is not None and self.session_id is not None
         previous = self.turn
         self._barge_in = None  # the new turn interrupts the old one anyway
@@ -423,11 +465,29 @@ class Call:
             self.settings.output_sample_rate,
         )
         turn = ActiveTurn(turn_id, text, transcribed, spoken, playout)
-        turn.task = asyncio.create_task(self._turn(previous, turn, request, timings, transcribed))
+        span = span or TRACER.start_span("turn", attributes={**ids(self.session_id),
+                                                             "voicebot.turn.input": "text"})
+        span.set_attributes(ids(self.session_id, turn_id))
+        turn.task = asyncio.create_task(self._traced_turn(span, previous, turn, request, timings,
+                                                          transcribed))
         self.turn = turn
 
+    async def _traced_turn(self, span: trace.Span, previous: ActiveTurn | None, turn: ActiveTurn,
+                           request: TurnRequest, timings: TurnTimings, transcribed: bool) -> None:
+        """The turn under its root span: brain and TTS calls carry it in their metadata."""
+        outcome = "interrupted"
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                outcome = await self._turn(previous, turn, request, timings, transcribed)
+        finally:
+            span.set_attribute("voicebot.turn.outcome", outcome)
+            for stage, ms in timings.stages_ms().items():
+                if ms is not None:
+                    span.set_attribute(f"voicebot.stage_ms.{stage}", ms)
+            span.end()
+
     async def _turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
-                    timings: TurnTimings, transcribed: bool) -> None:
+                    timings: TurnTimings, transcribed: bool) -> str:
         if previous is not None and previous.audible(time.perf_counter()):
             await self._interrupt(previous)
         await cancel_task(previous.task if previous else None)
@@ -440,18 +500,19 @@ class Call:
         except asyncio.CancelledError:
             TURNS.labels("interrupted").inc()
             if timings.first_audio is not None:
-                timings.observe()  # its latency was real even if the reply was cut short
+                timings.observe(trace_id_hex())  # its latency was real even if the reply was cut short
             raise
         except grpc.aio.AioRpcError as exc:
             TURNS.labels("error").inc()
             log.warning("turn failed", extra={"turn_id": request.turn_id, "code": str(exc.code()),
                                               "detail": exc.details()})
             await self.send_error("upstream_unavailable", "the assistant is unavailable right now")
-            return
+            return "error"
         TURNS.labels("completed").inc()
         if not turn.interrupted:
             self.previous_reply = brain_pb2.SpokenPart(turn_id=request.turn_id, text=reply)
-        await self.send_event("turn.metrics", turn_id=request.turn_id, ms=timings.observe())
+        await self.send_event("turn.metrics", turn_id=request.turn_id, ms=timings.observe(trace_id_hex()))
+        return "completed"
 
     async def _interrupt(self, turn: ActiveTurn) -> None:
         """Stop the turn's audio now and remember what of it was heard."""
@@ -467,6 +528,7 @@ class Call:
 
     async def close(self) -> None:
         self._barge_in = None
+        self._end_utterance_spans("call_ended")
         if self.turn is not None:
             await cancel_task(self.turn.task)
         if self._audio is not None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 
 from gateway.metrics import STAGE_SECONDS
+from voicebot.common.telemetry import outgoing_metadata
 from voicebot.v1 import brain_pb2, tts_pb2
 
 if TYPE_CHECKING:
@@ -55,11 +56,14 @@ class TurnTimings:
             "voice_to_voice": span(self.speech_end or self.brain_request, self.first_audio),
         }
 
-    def observe(self) -> dict[str, int | None]:
+    def observe(self, trace_id: str | None = None) -> dict[str, int | None]:
+        """Record the stage histograms; the trace id rides along as an exemplar, so a slow
+        bucket links to its trace (shown in the OpenMetrics exposition)."""
         stages = self.stages_ms()
+        exemplar = {"trace_id": trace_id} if trace_id else None
         for stage, ms in stages.items():
             if ms is not None:
-                STAGE_SECONDS.labels(stage).observe(ms / 1000)
+                STAGE_SECONDS.labels(stage).observe(ms / 1000, exemplar=exemplar)
         return stages
 
 
@@ -183,6 +187,7 @@ class TurnRunner:
                 text=req.text, language=req.language, previous_reply=req.previous_reply,
             ),
             timeout=self.timeout_s,
+            metadata=outgoing_metadata(),  # the turn's trace continues in the brain
         )
         texts: asyncio.Queue[str | None] = asyncio.Queue()
 
@@ -196,7 +201,8 @@ class TurnRunner:
                     timings.first_tts_text = time.perf_counter()
                 yield tts_pb2.SynthesizeRequest(text=text)
 
-        tts_call = self.upstreams.tts.StreamingSynthesize(tts_requests(), timeout=self.timeout_s)
+        tts_call = self.upstreams.tts.StreamingSynthesize(tts_requests(), timeout=self.timeout_s,
+                                                          metadata=outgoing_metadata())
         reply: list[str] = []
         try:
             await run_together(

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+from opentelemetry.trace import SpanKind
 
 from services.tts.config import TtsSettings
 from services.tts.engine import Leveller, PiperEngine, TtsEngine, default_threads, packaged_voice
@@ -38,9 +39,11 @@ from services.tts.segmenter import SentenceSegmenter
 from voicebot.common.audio import StreamResampler, float_to_pcm16
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
+from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
 
 log = logging.getLogger("tts")
+TRACER = tracer("voicebot.tts")
 _DONE = object()
 OUTPUT_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 
@@ -89,15 +92,27 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         stream = Stream(rate, (first.config.language or "en").lower())
         sentences: asyncio.Queue = asyncio.Queue()
         ACTIVE_STREAMS.inc()
+        span = TRACER.start_span("tts.synthesize", context=incoming_context(context.invocation_metadata()),
+                                 kind=SpanKind.SERVER,
+                                 attributes={**ids(first.config.session_id, first.config.turn_id),
+                                             "voicebot.tts.sample_rate": rate})
+        started, spoken, first_audio = time.perf_counter(), 0, False
         reader = asyncio.create_task(self._read(requests, sentences))
         try:
             while (item := await sentences.get()) is not _DONE:
                 if isinstance(item, str):
+                    spoken += 1
                     async for event in self._speak(stream, item):
+                        if not first_audio and event.HasField("audio"):
+                            first_audio = True
+                            span.set_attribute("voicebot.tts.first_audio_ms",
+                                               round((time.perf_counter() - started) * 1000))
                         yield event
                 else:
                     yield item
         finally:
+            span.set_attribute("voicebot.tts.sentences", spoken)
+            span.end()
             # Also reached when the caller cancels: no phrase is submitted after this.
             ACTIVE_STREAMS.dec()
             reader.cancel()
@@ -196,6 +211,7 @@ def build_engine(settings: TtsSettings) -> TtsEngine:
 def main() -> None:
     settings = TtsSettings()
     setup_logging("tts", settings.log_level, settings.log_json)
+    setup_tracing("tts")
     servicer = TextToSpeechServicer(settings, build_engine(settings))
     list(servicer.engine.synthesize("Ready, one two three."))  # warm the model
 
@@ -205,6 +221,7 @@ def main() -> None:
 
     async def on_stop() -> None:
         servicer.shutdown()
+        shutdown_tracing()
 
     asyncio.run(serve_forever("tts", settings, register, on_stop))
 
