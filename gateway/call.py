@@ -522,7 +522,8 @@ class Call:
         turn.playout.stop()
         now = time.perf_counter()
         heard = turn.spoken.spoken_text(turn.heard_ms_reported(now), now)
-        self.previous_reply = brain_pb2.SpokenPart(turn_id=turn.turn_id, text=heard, interrupted=True)
+        self.previous_reply = brain_pb2.SpokenPart(turn_id=turn.turn_id, text=heard, interrupted=True,
+                                                   user_text=turn.text)
         if turn.announced:
             await self.send_event("interrupt", turn_id=turn.turn_id)
 

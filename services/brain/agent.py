@@ -139,9 +139,15 @@ class Agent:
     async def _load(self, request: brain_pb2.RespondRequest) -> SessionHistory:
         previous = request.previous_reply
         if previous.turn_id:
-            return await self.store.update(
-                request.user_id, request.session_id,
-                lambda h: h.mark_spoken(previous.turn_id, previous.text, previous.interrupted))
+            def record_heard(history: SessionHistory) -> None:
+                found = history.mark_spoken(previous.turn_id, previous.text, previous.interrupted)
+                if not found and previous.interrupted and previous.user_text:
+                    # Cut off before it completed, so never stored: keep the question and
+                    # what was heard of the answer, marked interrupted.
+                    history.turns.append(Turn(previous.turn_id, previous.user_text, previous.text,
+                                              interrupted=True))
+
+            return await self.store.update(request.user_id, request.session_id, record_heard)
         return await self.store.load(request.user_id, request.session_id)
 
     async def _merge(self, turn: TurnRun, main: asyncio.Task, guard: asyncio.Task | None,

@@ -25,10 +25,12 @@ class SpokenTextCleaner:
     def clean(self, delta: str) -> str:
         """Text that can be spoken now."""
         text = self._held + self._strip_markup(delta)
-        cut = max(text.rfind(" "), text.rfind("\n"))
-        tail = text[cut + 1:]
-        if tail and _MAY_CONTINUE.search(tail):
-            self._held, text = tail, text[:cut + 1]
+        # The last word, even when a space already follows it: "5 " may still become
+        # "5 km" or "5 pm", which read differently from "five" alone.
+        body = text.rstrip()
+        cut = body.rfind(" ") + 1
+        if _MAY_CONTINUE.search(body[cut:]):
+            self._held, text = text[cut:], text[:cut]
         else:
             self._held = ""
         return speakable(text, self.language)

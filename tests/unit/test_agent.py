@@ -344,6 +344,18 @@ async def test_history_keeps_only_the_spoken_part_of_an_interrupted_reply(brain)
     assert "Tuesday at ten ..." in prompt and "Shall I book it?" not in " ".join(prompt)
 
 
+async def test_a_turn_cut_off_before_it_completed_keeps_question_and_heard_part(brain):
+    make, store, llm, _ = brain
+    llm.script = lambda _b: "Sure."
+    agent, session = make(), uuid.uuid4().hex
+    heard = brain_pb2.SpokenPart(turn_id="t1", text="Tuesday at", interrupted=True,
+                                 user_text="is Tuesday free?")
+    await run(agent, request("actually Wednesday", session, "t2", heard))
+    history = await store.load("alice", session)
+    assert [(t.user, t.assistant, t.interrupted) for t in history.turns] == [
+        ("is Tuesday free?", "Tuesday at", True), ("actually Wednesday", "Sure.", False)]
+
+
 async def test_another_users_history_is_invisible(brain):
     make, store, _, _ = brain
     req = request("my secret is 42")

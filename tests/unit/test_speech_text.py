@@ -42,3 +42,10 @@ def test_streamed_number_split_across_deltas():
     out.append(cleaner.flush())
     assert "".join(out) == "Sure, it is twelve dollars fifty cents for two people at seven thirty."
     assert out[0] == "Sure, it is "  # words without digits are not held back
+
+
+def test_a_number_waits_for_its_unit_even_after_a_space():
+    cleaner = SpokenTextCleaner()
+    out = [cleaner.clean(d) for d in ["It is 5 ", "km away, open at 7 ", "pm."]]
+    out.append(cleaner.flush())
+    assert "".join(out) == "It is five kilometers away, open at seven p m."

@@ -6,14 +6,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SpokenPart(_message.Message):
-    __slots__ = ("turn_id", "text", "interrupted")
+    __slots__ = ("turn_id", "text", "interrupted", "user_text")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
+    USER_TEXT_FIELD_NUMBER: _ClassVar[int]
     turn_id: str
     text: str
     interrupted: bool
-    def __init__(self, turn_id: _Optional[str] = ..., text: _Optional[str] = ..., interrupted: _Optional[bool] = ...) -> None: ...
+    user_text: str
+    def __init__(self, turn_id: _Optional[str] = ..., text: _Optional[str] = ..., interrupted: _Optional[bool] = ..., user_text: _Optional[str] = ...) -> None: ...
 
 class RespondRequest(_message.Message):
     __slots__ = ("session_id", "turn_id", "user_id", "text", "language", "previous_reply")
