@@ -73,10 +73,11 @@ class RunningStack:
 
 
 def start_brain_and_gateway(stack: Stack, name: str, redis_url: str, llm_url: str,
-                            stt_addr: str, tts_addr: str) -> tuple[str, int, int]:
+                            stt_addr: str, tts_addr: str,
+                            brain_env: dict[str, str] | None = None) -> tuple[str, int, int]:
     brain = stack.start_service(f"brain-{name}", "services.brain.server", {
         "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
-        "BRAIN_LLM_BASE_URL": llm_url, "BRAIN_LLM_DEADLINE_S": "2",
+        "BRAIN_LLM_BASE_URL": llm_url, "BRAIN_LLM_DEADLINE_S": "2", **(brain_env or {}),
     })
     brain_addr = f"127.0.0.1:{brain.ready['grpc']}"
     gateway = stack.start_service(f"gateway-{name}", "gateway.app", {

@@ -117,11 +117,11 @@ class Stack:
         proc.ready = {"port": port}
         return proc
 
-    def start_llm(self, port: int, timeout: float = 300) -> Proc:
+    def start_llm(self, port: int, timeout: float = 300, name: str = "llm", n_ctx: int = 4096) -> Proc:
         from voicebot import localllm
 
-        self.say("starting the local LLM server (llama.cpp) ...")
-        proc = self.spawn("llm", localllm.server_command("127.0.0.1", port))
+        self.say(f"starting the local LLM server (llama.cpp) as {name} ...")
+        proc = self.spawn(name, localllm.server_command("127.0.0.1", port, n_ctx=n_ctx))
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{port}/v1/models"
         while time.monotonic() < deadline:
@@ -131,7 +131,7 @@ class Stack:
                 with urllib.request.urlopen(url, timeout=1) as reply:
                     if reply.status == 200:
                         proc.ready = {"http": port}
-                        self.say(f"  llm ready on {port}")
+                        self.say(f"  {name} ready on {port}")
                         return proc
             time.sleep(0.3)
         raise StartupError(f"LLM server not ready after {timeout}s; log {proc.log_path}")
@@ -160,8 +160,17 @@ class Stack:
         self.procs.clear()
 
 
+def start_guard_llm(stack: Stack, port: int) -> str:
+    """The topic guard's own llama.cpp instance. On the CPU default the guard on the main
+    server waits behind (or, by llama.cpp's default, aborts) the main reply; on its own
+    instance it adds nothing measurable to time to first token (make bench-brain)."""
+    proc = stack.start_llm(port, name="llm-guard", n_ctx=1024)
+    return f"http://127.0.0.1:{proc.ready['http']}/v1"
+
+
 def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
-                   ports: dict[str, int], extra_env: dict[str, str] | None = None) -> dict[str, Proc]:
+                   ports: dict[str, int], extra_env: dict[str, str] | None = None,
+                   guard_llm_url: str = "") -> dict[str, Proc]:
     """STT, TTS, brain and gateway (the order that loads models in parallel-friendly steps)."""
     common = {"LOG_JSON": "true", **(extra_env or {})}
     stt = stack.start_service("stt", "services.stt.server", {
@@ -179,6 +188,7 @@ def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: s
         "BRAIN_METRICS_PORT": str(ports.get("brain_metrics", 0)),
         "BRAIN_REDIS_URL": redis_url, "BRAIN_LLM_BASE_URL": llm_base_url,
         "BRAIN_RESERVATIONS_URL": f"http://127.0.0.1:{reservations.ready['http']}/mcp",
+        "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url,
     })
     gateway = stack.start_service("gateway", "gateway.app", {
         **common, "GATEWAY_PORT": str(ports["gateway"]), "GATEWAY_TOKENS": tokens,
@@ -222,11 +232,15 @@ def main() -> int:
                 stack.say(f"using the Redis already listening on {redis_port}")
             redis_url = f"redis://127.0.0.1:{redis_port}/0"
         llm_url = os.environ.get("BRAIN_LLM_BASE_URL")
+        guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
         if not llm_url:
             llm_port = int(os.environ.get("LLM_PORT", "8000"))
             stack.start_llm(llm_port)
             llm_url = f"http://127.0.0.1:{llm_port}/v1"
-        start_voicebot(stack, redis_url=redis_url, llm_base_url=llm_url, tokens=tokens, ports={
+            if not guard_url:
+                guard_url = start_guard_llm(stack, int(os.environ.get("LLM_GUARD_PORT", "8001")))
+        start_voicebot(stack, redis_url=redis_url, llm_base_url=llm_url, tokens=tokens,
+                       guard_llm_url=guard_url, ports={
             "stt": int(os.environ.get("STT_PORT", "50051")),
             "brain": int(os.environ.get("BRAIN_PORT", "50052")),
             "tts": int(os.environ.get("TTS_PORT", "50053")),

@@ -102,6 +102,22 @@ class Agent:
         self.policy = DialogPolicy(self)
         self._background: set[asyncio.Task] = set()
 
+    async def warm_up(self) -> None:
+        """Prefill the fixed start of every prompt (instructions and tool definitions) and the
+        guard's prompt once at start, so the first caller does not pay a cold prefill
+        (seconds on a CPU); the LLM server's prompt cache keeps them."""
+        started = time.perf_counter()
+        messages = build_messages(self.system, [], "Hello.", [], model_view({}))
+        try:
+            async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
+                pass
+            if self.guard is not None:
+                await self.guard.check("Hello.")
+        except (LLMUnavailable, LLMRequestError) as exc:
+            log.warning("LLM warm-up failed; the first turn will be slower", extra={"error": str(exc)})
+            return
+        log.info("LLM prompt cache warmed", extra={"seconds": round(time.perf_counter() - started, 2)})
+
     # ---- the turn ------------------------------------------------------
     async def respond(self, request: brain_pb2.RespondRequest) -> AsyncIterator[brain_pb2.RespondEvent]:
         history = await self._load(request)

@@ -36,6 +36,8 @@ class BrainSettings(ServiceSettings):
     # The reservation demo's backend, an MCP server (streamable HTTP), e.g.
     # http://127.0.0.1:8090/mcp. Empty: the bot runs without tools.
     reservations_url: str = ""
+    # At start, prefill the fixed prompt start (and the guard's) before serving.
+    warm_up_timeout_s: float = 90.0
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Turns kept in full in the prompt; older ones are dropped from the prompt
     # but stay in Redis until the session expires.

@@ -109,6 +109,12 @@ async def run(settings: BrainSettings) -> None:
         await redis.aclose()
         shutdown_tracing()
 
+    # Before serving: the first caller then finds the prompt prefix cached. Bounded, so an
+    # LLM that is slow to come up delays readiness, not forever.
+    try:
+        await asyncio.wait_for(agent.warm_up(), settings.warm_up_timeout_s)
+    except TimeoutError:
+        log.warning("LLM warm-up did not finish in time; serving anyway")
     await serve_forever("brain", settings, register, on_stop)
 
 

@@ -16,7 +16,7 @@ import pytest
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT, start_brain_and_gateway
 from voicebot.common.audio import float_to_pcm16, read_wav, write_wav
-from voicebot.devstack import Stack, free_port
+from voicebot.devstack import Stack, free_port, start_guard_llm
 
 pytestmark = pytest.mark.e2e
 SENTENCE = "I would like to book a table for two tomorrow at seven."
@@ -26,10 +26,16 @@ SENTENCE = "I would like to book a table for two tomorrow at seven."
 def real_llm_gateway(services):
     stack = Stack(LOG_ROOT / "e2e", quiet=True)
     try:
+        # As `make run` has it: the main LLM, the guard's own instance, the reservation demo.
         llm = stack.start_llm(free_port())
+        guard_url = start_guard_llm(stack, free_port())
+        reservations = stack.start_service("reservations", "services.reservations.server", {
+            "RESERVATIONS_PORT": "0", "RESERVATIONS_DB": ":memory:"})
         _, gateway_port, _ = start_brain_and_gateway(
             stack, "real", services.redis_url, f"http://127.0.0.1:{llm.ready['http']}/v1",
-            services.stt_addr, services.tts_addr,
+            services.stt_addr, services.tts_addr, brain_env={
+                "BRAIN_GUARD_LLM_BASE_URL": guard_url, "BRAIN_LLM_DEADLINE_S": "8",
+                "BRAIN_RESERVATIONS_URL": f"http://127.0.0.1:{reservations.ready['http']}/mcp"},
         )
         yield f"ws://127.0.0.1:{gateway_port}/v1/call"
     finally:

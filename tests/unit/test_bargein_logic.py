@@ -64,7 +64,7 @@ class FakeBrain:
         self.requests: list[brain_pb2.RespondRequest] = []
         self.think_s = think_s
 
-    def Respond(self, request, timeout=None):
+    def Respond(self, request, timeout=None, metadata=None):
         self.requests.append(request)
 
         async def events():
@@ -82,7 +82,7 @@ class FakeTts:
     def __init__(self, audio_ms: int = 600) -> None:
         self.audio_ms = audio_ms
 
-    def StreamingSynthesize(self, requests, timeout=None):
+    def StreamingSynthesize(self, requests, timeout=None, metadata=None):
         async def events():
             index = 0
             async for request in requests:
