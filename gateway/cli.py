@@ -45,7 +45,8 @@ def load_audio(path: str) -> tuple[bytes, int]:
 
 
 async def call(url: str, token: str, wav: str | None = None, text: str | None = None,
-               fast: bool = False, timeout: float = 120.0, progress=None) -> CallResult:
+               fast: bool = False, timeout: float = 120.0, progress=None,
+               session_id: str | None = None) -> CallResult:
     import websockets
 
     say = progress or (lambda _msg: None)
@@ -54,7 +55,7 @@ async def call(url: str, token: str, wav: str | None = None, text: str | None = 
     async with websockets.connect(
         url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=2**22
     ) as ws:
-        await ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
+        await ws.send(json.dumps({"type": "session.start", "session_id": session_id, "language": "en",
                                   "audio": {"encoding": "pcm16", "sample_rate": rate}}))
         started = json.loads(await asyncio.wait_for(ws.recv(), 10))
         if started.get("type") != "session.started":
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token", default=os.environ.get("VOICEBOT_TOKEN"))
     p.add_argument("--fast", action="store_true", help="send the audio at once, not in real time")
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--session", help="resume this session (printed by an earlier call)")
     args = parser.parse_args(argv)
     if not args.token:
         parser.error("--token (or VOICEBOT_TOKEN) is required; `make run` prints one")
@@ -148,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = asyncio.run(call(args.url, args.token, args.wav, args.text, args.fast,
-                                  args.timeout, progress))
+                                  args.timeout, progress, args.session))
     except (TimeoutError, OSError) as exc:
         print(f"call failed: {exc!r} (is the stack running? `make run`)", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - e.g. a 4401 close from a bad token
         print(f"call failed: {exc}", file=sys.stderr)
         return 1
+    print(f"session:    {result.session_id}")
     print(f"transcript: {' | '.join(result.transcripts) or '-'}")
     print(f"reply:      {' | '.join(result.replies) or '-'}")
     for metrics in result.metrics:

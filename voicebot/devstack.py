@@ -117,11 +117,12 @@ class Stack:
         proc.ready = {"port": port}
         return proc
 
-    def start_llm(self, port: int, timeout: float = 300, name: str = "llm", n_ctx: int = 4096) -> Proc:
+    def start_llm(self, port: int, timeout: float = 300, name: str = "llm", n_ctx: int = 4096,
+                  threads: int | None = None) -> Proc:
         from voicebot import localllm
 
         self.say(f"starting the local LLM server (llama.cpp) as {name} ...")
-        proc = self.spawn(name, localllm.server_command("127.0.0.1", port, n_ctx=n_ctx))
+        proc = self.spawn(name, localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads))
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{port}/v1/models"
         while time.monotonic() < deadline:
@@ -164,8 +165,15 @@ def start_guard_llm(stack: Stack, port: int) -> str:
     """The topic guard's own llama.cpp instance. On the CPU default the guard on the main
     server waits behind (or, by llama.cpp's default, aborts) the main reply; on its own
     instance it adds nothing measurable to time to first token (make bench-brain)."""
-    proc = stack.start_llm(port, name="llm-guard", n_ctx=1024)
+    # One thread: llama.cpp's threads spin while they wait, so two instances that together
+    # ask for more threads than there are cores slow each other down many times over.
+    proc = stack.start_llm(port, name="llm-guard", n_ctx=1024, threads=1)
     return f"http://127.0.0.1:{proc.ready['http']}/v1"
+
+
+def main_llm_threads() -> int:
+    """Cores left for the main LLM next to the guard's one-thread instance."""
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
@@ -235,7 +243,7 @@ def main() -> int:
         guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
         if not llm_url:
             llm_port = int(os.environ.get("LLM_PORT", "8000"))
-            stack.start_llm(llm_port)
+            stack.start_llm(llm_port, threads=None if guard_url else main_llm_threads())
             llm_url = f"http://127.0.0.1:{llm_port}/v1"
             if not guard_url:
                 guard_url = start_guard_llm(stack, int(os.environ.get("LLM_GUARD_PORT", "8001")))
@@ -253,10 +261,11 @@ def main() -> int:
         stack.stop()
         return 1
     dev_token = tokens.split(",")[0].split("=")[0]
+    url_option = "" if gateway_port == 8080 else f" --url ws://127.0.0.1:{gateway_port}/v1/call"
     print(f"""
 voicebot is running.
   Browser:  http://127.0.0.1:{gateway_port}/?token={dev_token}
-  CLI:      .venv/bin/voicebot call my.wav --token {dev_token} --out reply.wav
+  CLI:      .venv/bin/voicebot call my.wav --token {dev_token} --out reply.wav{url_option}
   Token:    {dev_token}   (user dev-user; set GATEWAY_TOKENS=TOKEN=USER to choose your own)
   Logs:     {stack.log_dir}
 Press Ctrl-C to stop everything.""", flush=True)

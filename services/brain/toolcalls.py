@@ -142,11 +142,36 @@ class TextToolCallFilter:
             self.held, self._pending = self._pending, ""
         if not self.held:
             return "", []
-        calls = calls_from_text(self.held)
+        calls = calls_from_text(self.held) or _embedded_call(self.held)
         if calls:
             return "", calls
-        # It was not a call after all (say, a brace in prose): speak it, without markup.
+        botched = _NAME.search(self.held)
+        if botched or self.held.lstrip().startswith(("{", "[{", "<tool_call>")):
+            # A call the model botched ({{...}}, bare words for values): never read JSON aloud.
+            # It goes back to the model as a call that fails, with the error saying why.
+            name = botched.group(1) if botched else "invalid_tool_call"
+            return "", [ToolCall(new_call_id(), name, self.held.strip())]
+        # It was not a call after all (say, a fenced snippet in prose): speak it, without markup.
         return re.sub(r"</?tool_call>|```(?:json)?", "", self.held), []
+
+
+_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
+
+
+def _embedded_call(text: str) -> list[ToolCall]:
+    """A call object inside extra braces or trailing junk ("{{...}}}}"): the first JSON
+    object, from one of the first few opening braces, that names a tool."""
+    decoder = json.JSONDecoder()
+    starts = [i for i, ch in enumerate(text) if ch == "{"][:4]
+    for start in starts:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            continue
+        call = _call_from_object(value)
+        if call is not None:
+            return [call]
+    return []
 
 
 def parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str | None]:

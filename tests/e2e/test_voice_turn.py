@@ -16,7 +16,7 @@ import pytest
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT, start_brain_and_gateway
 from voicebot.common.audio import float_to_pcm16, read_wav, write_wav
-from voicebot.devstack import Stack, free_port, start_guard_llm
+from voicebot.devstack import Stack, free_port, main_llm_threads, start_guard_llm
 
 pytestmark = pytest.mark.e2e
 SENTENCE = "I would like to book a table for two tomorrow at seven."
@@ -27,7 +27,7 @@ def real_llm_gateway(services):
     stack = Stack(LOG_ROOT / "e2e", quiet=True)
     try:
         # As `make run` has it: the main LLM, the guard's own instance, the reservation demo.
-        llm = stack.start_llm(free_port())
+        llm = stack.start_llm(free_port(), threads=main_llm_threads())
         guard_url = start_guard_llm(stack, free_port())
         reservations = stack.start_service("reservations", "services.reservations.server", {
             "RESERVATIONS_PORT": "0", "RESERVATIONS_DB": ":memory:"})

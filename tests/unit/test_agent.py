@@ -210,6 +210,24 @@ async def test_tool_call_written_as_text_is_run_not_spoken(brain, written):
     assert spoken(events) == "Friday works."
 
 
+async def test_a_botched_text_tool_call_is_never_spoken_and_goes_back_as_an_error(brain):
+    make, _, llm, tools = brain
+    botched = '{{"name": "findslots", "arguments": {"day": "Friday", "people": two}}}'
+    llm.script = lambda b: "Which day would you like?" if tool_results(b) else botched
+    events = await run(make(), request("Friday?"))
+    assert spoken(events) == "Which day would you like?" and tools.runs == []
+    error = tool_results(main_requests(llm)[-1])[0]["error"]
+    assert "unknown tool 'findslots'" in error and "find_slots" in error
+
+
+async def test_double_braced_text_call_is_repaired(brain):
+    make, _, llm, tools = brain
+    llm.script = lambda b: "Friday works." if tool_results(b) else \
+        '{{"name": "find_slots", "arguments": {"day": "Friday"}}}}'
+    await run(make(), request("Friday?"))
+    assert tools.runs == [("find_slots", {"day": "Friday", "people": 2})]
+
+
 @pytest.mark.parametrize(("call", "error"), [
     ({"name": "find_slots", "arguments": "{day: Friday"}, "not valid JSON"),
     ({"name": "find_slots", "arguments": {"day": 5}}, "day: 5 is not of type 'string'"),
