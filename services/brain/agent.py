@@ -98,7 +98,8 @@ class Agent:
         self.limits = limits or LoopLimits(settings.max_llm_calls, settings.max_turn_tokens,
                                            settings.max_turn_seconds)
         self.clock = clock
-        self.system = system_prompt(settings.bot_name, settings.domain)
+        self.system = system_prompt(settings.bot_name, settings.domain,
+                                    frozenset(spec.name for spec in self.tools.specs()))
         self.policy = DialogPolicy(self)
         self._background: set[asyncio.Task] = set()
 
