@@ -26,7 +26,7 @@ from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.prompts import system_prompt
 from services.brain.session_store import Turn
-from voicebot.devstack import Stack, free_port
+from voicebot.devstack import Stack, free_port, main_llm_threads, start_guard_llm
 
 DOMAIN = "taking table reservations for a restaurant"
 HISTORY = [
@@ -116,29 +116,29 @@ def print_table(summary: dict) -> None:
 
 
 async def run(args) -> dict:
+    """Starts the LLM servers as `make run` does: the main one, and the guard's own instance."""
     stack = Stack(Path(".run/bench-brain"), quiet=False)
     clients: list[OpenAIChatClient] = []
+
+    def client(url: str) -> OpenAIChatClient:
+        clients.append(OpenAIChatClient(url, "voicebot-llm", deadline_s=60, first_token_timeout_s=300))
+        return clients[-1]
+
     try:
+        own_instance = not args.no_second_instance
         main_port = free_port()
-        stack.start_llm(main_port)
-        main = OpenAIChatClient(f"http://127.0.0.1:{main_port}/v1", "voicebot-llm", deadline_s=60,
-                                first_token_timeout_s=300)
-        clients.append(main)
+        stack.start_llm(main_port, threads=main_llm_threads() if own_instance else None)
+        main = client(f"http://127.0.0.1:{main_port}/v1")
         guard_same = TopicGuard(main, DOMAIN, timeout_s=60)
-        guard_own = None
-        if not args.no_second_instance:
-            guard_port = free_port()
-            stack.start_llm(guard_port)
-            own = OpenAIChatClient(f"http://127.0.0.1:{guard_port}/v1", "voicebot-llm", deadline_s=60,
-                                   first_token_timeout_s=300)
-            clients.append(own)
-            guard_own = TopicGuard(own, DOMAIN, timeout_s=60)
-            await guard_own.check("warm up")
-        await guard_same.check("warm up")
+        guard_own = TopicGuard(client(start_guard_llm(stack, free_port())), DOMAIN, timeout_s=60) \
+            if own_instance else None
+        for guard in (guard_same, guard_own):
+            if guard is not None:
+                await guard.check("warm up")
         return report(await measure(main, guard_same, guard_own, args.rounds))
     finally:
-        for client in clients:
-            await client.aclose()
+        for chat in clients:
+            await chat.aclose()
         stack.stop()
 
 
