@@ -41,6 +41,9 @@ QUESTIONS = ["Is there parking nearby?", "Can we sit outside?", "Do you have veg
              "Can I bring a cake?", "Is the terrace heated?", "Do you take cards?"]
 
 
+LEADS = ("Quick question:", "Also,", "By the way,", "One more thing:")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -69,13 +72,14 @@ async def measure(main: OpenAIChatClient, guard_same: TopicGuard, guard_own: Top
     for index in range(rounds):
         question = QUESTIONS[index % len(QUESTIONS)]
         prime = turn_messages(system, 5, HISTORY[5][0])
-        full = turn_messages(system, 6, question)
         cases = [("warm", None), ("guard-same", guard_same), ("guard-own", guard_own), ("perturbed", None)]
-        for name, guard in cases:
+        for (name, guard), lead in zip(cases, LEADS, strict=True):
             if name == "guard-own" and guard is None:
                 continue
             await ttft(main, prime)  # the previous turn's prompt is what the server has cached
-            messages = full
+            # Each case asks its own question: an identical prompt would be a full cache hit
+            # for the cases that come after the first.
+            messages = full = turn_messages(system, 6, f"{lead} {question[0].lower()}{question[1:]}")
             if name == "perturbed":
                 messages = [{"role": "system", "content": f"[{index}] " + system}, *full[1:]]
             if guard is not None:
@@ -127,7 +131,8 @@ async def run(args) -> dict:
     try:
         own_instance = not args.no_second_instance
         main_port = free_port()
-        stack.start_llm(main_port, threads=main_llm_threads() if own_instance else None)
+        threads = args.main_threads or (main_llm_threads() if own_instance else None)
+        stack.start_llm(main_port, threads=threads)
         main = client(f"http://127.0.0.1:{main_port}/v1")
         guard_same = TopicGuard(main, DOMAIN, timeout_s=60)
         guard_own = TopicGuard(client(start_guard_llm(stack, free_port())), DOMAIN, timeout_s=60) \
@@ -147,6 +152,8 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-second-instance", action="store_true")
+    parser.add_argument("--main-threads", type=int, default=0,
+                        help="threads of the main LLM server (default: as make run)")
     parser.add_argument("--json", help="also write the JSON summary to this file")
     args = parser.parse_args()
     summary = asyncio.run(run(args))
