@@ -67,7 +67,7 @@ from gateway.protocol import (
 from gateway.sessions import SessionRegistry
 from gateway.turn import SpokenTracker, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from gateway.upstreams import Upstreams
-from voicebot.common.telemetry import ids, outgoing_metadata, trace_id_hex, tracer
+from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
 from voicebot.v1 import brain_pb2, stt_pb2
 
 log = logging.getLogger("gateway.call")
@@ -468,6 +468,8 @@ class Call:
         span = span or TRACER.start_span("turn", attributes={**ids(self.session_id),
                                                              "voicebot.turn.input": "text"})
         span.set_attributes(ids(self.session_id, turn_id))
+        if record_content():  # what people said stays out of traces unless an operator opts in
+            span.set_attribute("voicebot.turn.text", text)
         turn.task = asyncio.create_task(self._traced_turn(span, previous, turn, request, timings,
                                                           transcribed))
         self.turn = turn

@@ -21,7 +21,14 @@ from services.brain.tools import ToolRegistry
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.common.metrics import REDIS_ERRORS
-from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
+from voicebot.common.telemetry import (
+    ids,
+    incoming_context,
+    record_content,
+    setup_tracing,
+    shutdown_tracing,
+    tracer,
+)
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
 log = logging.getLogger("brain")
@@ -50,6 +57,8 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         parent = incoming_context(context.invocation_metadata())
         attributes = ids(request.session_id, request.turn_id)
+        if record_content():  # speech stays out of traces unless an operator opts in
+            attributes["voicebot.turn.text"] = request.text
         try:
             with TRACER.start_as_current_span("brain.respond", context=parent, kind=SpanKind.SERVER,
                                               attributes=attributes):
