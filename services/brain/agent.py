@@ -257,7 +257,7 @@ class Agent:
             text, calls = outcome
             self._check_caps(turn, calls)
             await passed.wait()  # tools wait for the guard
-            results = await self._run_tools(turn, text, calls, events)
+            results = await self.run_tools(turn, text, calls, events)
             turn.steps += [r.message() for r in results]
         if turn.stop is None:
             turn.stop = "llm_calls"
@@ -349,7 +349,7 @@ class Agent:
             LOOP_STOPS.labels(reason).inc()
             turn.record["stop"] = reason
 
-    async def _run_tools(self, turn: TurnRun, text: str, calls: list[ToolCall],
+    async def run_tools(self, turn: TurnRun, text: str, calls: list[ToolCall],
                          events: asyncio.Queue) -> list[ToolResult]:
         turn.steps.append({"role": "assistant", "content": text,
                            "tool_calls": [call.as_message() for call in calls]})

@@ -36,6 +36,9 @@ class BrainSettings(ServiceSettings):
     # The reservation demo's backend, an MCP server (streamable HTTP), e.g.
     # http://127.0.0.1:8090/mcp. Empty: the bot runs without tools.
     reservations_url: str = ""
+    # When day, time, party size and name are all known, code proposes the booking (the
+    # model still writes every other reply). Small local models often skip the tool call.
+    slot_filling: bool = True
     # At start, prefill the fixed prompt start (and the guard's) before serving.
     warm_up_timeout_s: float = 90.0
     redis_url: str = "redis://127.0.0.1:6379/0"

@@ -29,6 +29,7 @@ from services.brain.dialog import (
 from services.brain.llm import LLMRequestError, LLMUnavailable
 from services.brain.metrics import HANDOFFS
 from services.brain.references import References
+from services.brain.slots import complete, extract_slots, is_booking_request
 from services.brain.toolcalls import ToolCall, new_call_id
 from services.brain.tools import ToolContext, ToolResult
 from voicebot.v1 import brain_pb2
@@ -70,9 +71,12 @@ class DialogPolicy:
         if asks_for_human(text):
             await self.handoff(turn, events, "caller_request")
             return True
+        slots = extract_slots(text)
+        if slots:
+            state.setdefault("collected", {}).update(slots)
         pending = state.get("pending")
         if not pending:
-            return False
+            return await self._propose_from_slots(turn, passed, events)
         decision = classify_confirmation(text) or await self._ask_model(pending["summary"], text)
         turn.record["confirmation"] = decision.value
         if decision is Decision.YES:
@@ -89,6 +93,42 @@ class DialogPolicy:
             return False
         return await self._not_understood(turn, events, f"Sorry, shall I go ahead with {pending['summary']}? "
                                           "Please say yes or no.")
+
+    async def _propose_from_slots(self, turn: TurnRun, passed: asyncio.Event,
+                                  events: asyncio.Queue) -> bool:
+        """Every slot of a booking is known: take the path the model should take
+        (find_slots, then propose_reservation) and read the proposal back. Nothing is booked."""
+        state, agent = turn.history.state, self.agent
+        collected = state.get("collected") or {}
+        asked = [turn.request.text, *(t.user for t in turn.history.turns[-4:])]
+        if not (agent.settings.slot_filling and complete(collected)
+                and any(is_booking_request(t) for t in asked)
+                and agent.tools.get("find_slots") and agent.tools.get("propose_reservation")):
+            return False
+        await passed.wait()  # tools wait for the topic guard
+        wanted = {"day": collected["day"], "time": collected["time"], "people": collected["people"]}
+        [found] = await self._code_call(turn, events, "find_slots", wanted)
+        slots = (found.content.get("result") or {}).get("slots") or []
+        match = next((s for s in slots if s.get("time") == collected["time"]), None)
+        if found.outcome != "succeeded" or match is None:
+            free = ", ".join(f"{s['slot']} at {s['time']}" for s in slots[:3]) or "none"
+            state["note"] = (f"No table at {collected['time']} on {collected['day']}. Free: {free}. "
+                             "Offer these to the caller.")
+            return False
+        [proposed] = await self._code_call(turn, events, "propose_reservation", {
+            "slot": match["slot"], "name": collected["name"], "people": collected["people"]})
+        if proposed.outcome != "succeeded":
+            return False
+        await agent.say(turn, events, f"I have {proposed.content['result']['proposed']}. Shall I book it?")
+        return True
+
+    async def _code_call(self, turn: TurnRun, events: asyncio.Queue, name: str,
+                         arguments: dict[str, Any]) -> list[ToolResult]:
+        """A tool call made by code, recorded in the turn like the model's own calls."""
+        call = ToolCall(new_call_id(), name, json.dumps(arguments))
+        results = await self.agent.run_tools(turn, "", [call], events)
+        turn.steps += [result.message() for result in results]
+        return results
 
     async def _ask_model(self, summary: str, reply: str) -> Decision:
         """Structured-output call, only when the rules could not tell."""

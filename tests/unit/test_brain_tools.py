@@ -304,3 +304,25 @@ def test_no_tool_schema_lets_the_model_choose_the_user(bot):
     for definition in agent.tools.definitions():
         properties = set(definition["function"]["parameters"].get("properties", {}))
         assert not properties & forbidden, definition["function"]["name"]
+
+
+async def test_complete_slots_are_proposed_by_code_when_the_model_only_talks(bot):
+    _, say, state, backend, llm, _ = bot
+    llm.script = lambda b: "ALLOW" if is_guard(b) else "Please provide your reservation details."
+    events = await say("I'd like to book a table for two on Tuesday at 7 in the evening. My name is Jamie.")
+    assert main_calls(llm) == []  # code took the booking path; the model was not needed
+    assert [c[0] for c in backend.calls] == ["find_slots"] and backend.writes() == []
+    pending = (await state())["pending"]
+    assert "Jamie" in pending["summary"] and pending["args"]["slot_id"] == "slot-tue-1900"
+    assert "Shall I book it?" in spoken(events)
+    await say("yes")
+    assert [w[0] for w in backend.writes()] == ["create_reservation"]
+    assert (await state())["dialog_state"] == "done"
+
+
+async def test_missing_slots_leave_the_turn_to_the_model(bot):
+    _, say, state, backend, llm, _ = bot
+    llm.script = lambda b: "ALLOW" if is_guard(b) else "For how many people?"
+    events = await say("I'd like to book a table on Tuesday at seven. My name is Jamie.")
+    assert spoken(events) == "For how many people?" and backend.calls == []
+    assert (await state())["collected"] == {"day": "tuesday", "time": "19:00", "name": "Jamie"}
