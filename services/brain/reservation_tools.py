@@ -11,6 +11,8 @@ confirms. Slots and reservations reach the model as session references
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import uuid
 from typing import Any
 
@@ -26,7 +28,21 @@ def _public(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _slot_label(slot: dict[str, Any]) -> str:
-    return f"{slot.get('weekday', '')} {slot.get('day', '')} at {slot.get('time', '')}".strip()
+    """How a slot is read to the caller: "Friday, December 4th at 7 pm", not ISO dates."""
+    day, time = str(slot.get("day", "")), str(slot.get("time", ""))
+    with contextlib.suppress(ValueError):
+        date = datetime.date.fromisoformat(day)
+        day = f"{date.strftime('%B')} {date.day}{_ordinal_suffix(date.day)}"
+    with contextlib.suppress(ValueError):
+        clock = datetime.time.fromisoformat(time)
+        hour = clock.hour % 12 or 12
+        time = f"{hour}{f':{clock.minute:02d}' if clock.minute else ''} {'pm' if clock.hour >= 12 else 'am'}"
+    weekday = slot.get("weekday", "")
+    return f"{weekday + ', ' if weekday else ''}{day} at {time}".strip()
+
+
+def _ordinal_suffix(n: int) -> str:
+    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
 class ReservationTools:

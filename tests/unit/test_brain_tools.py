@@ -131,7 +131,7 @@ async def test_no_with_a_correction_changes_the_slot_and_confirms_again(bot):
     events = await say("no, half past two")
     pending = (await state())["pending"]
     assert backend.writes() == [] and (await state())["dialog_state"] == "confirm"
-    assert pending["id"] != first["id"] and "14:30" in pending["summary"]
+    assert pending["id"] != first["id"] and "2:30 pm" in pending["summary"]
     assert "Shall I book it?" in spoken(events)
 
 
