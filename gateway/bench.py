@@ -26,10 +26,11 @@ import time
 import numpy as np
 import websockets
 
-from tests.audio import silence, speech
+from tests.audio import silence, speech, vowel
 from tests.fakes.fake_llm import FakeLLM, is_guard, last_user_text
 from voicebot.common.audio import float_to_pcm16
-from voicebot.devstack import ROOT, Stack, free_port
+from voicebot.common.stats import percentile
+from voicebot.devstack import ROOT, Stack, free_port, start_brain_and_gateway, start_speech
 
 RATE = 16000
 FRAME = RATE * 20 // 1000 * 2
@@ -38,22 +39,6 @@ LONG_REPLY = ("Tuesday at ten works for a table of two. The terrace is heated in
               "sit outside. We also have a quiet room at the back for larger groups. Parking is free after "
               "six on the street. Shall I book the terrace for you?")
 STAGES = ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
-
-
-def vowel(ms: int, f0: float = 130.0) -> np.ndarray:
-    """A synthetic 'uh' (the same as tests/integration/test_bargein.py)."""
-    t = np.arange(RATE * ms // 1000) / RATE
-    phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.03 * np.sin(2 * np.pi * 5 * t))) / RATE
-    formants = ((700, 130), (1220, 150), (2600, 250))
-    gains = [sum(np.exp(-((f0 * k - f) / b) ** 2) for f, b in formants) + 0.05 for k in range(1, 30)]
-    out = sum(gain / k ** 0.5 * np.sin(k * phase) for k, gain in enumerate(gains, start=1))
-    out = out * np.minimum(1, np.minimum(t / 0.02, (t[-1] - t) / 0.02))
-    return (out / np.abs(out).max() * 0.5).astype(np.float32)
 
 
 class Person:
@@ -168,16 +153,9 @@ def start_stack(stack: Stack, llm: FakeLLM) -> tuple[str, object]:
     redis_port = free_port()
     stack.start_redis(redis_port)
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
-    stt = stack.start_service("stt", "services.stt.server", {"STT_PORT": "0", "STT_METRICS_PORT": "0"})
-    tts = stack.start_service("tts", "services.tts.server", {"TTS_PORT": "0", "TTS_METRICS_PORT": "0"})
-    brain = stack.start_service("brain", "services.brain.server", {
-        "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
-        "BRAIN_LLM_BASE_URL": llm.base_url})
-    gateway = stack.start_service("gateway", "gateway.app", {
-        "GATEWAY_PORT": "0", "GATEWAY_TOKENS": "tok-bench=bench", "GATEWAY_REDIS_URL": redis_url,
-        "GATEWAY_LOG_JSON": "true", "GATEWAY_STT_ADDR": f"127.0.0.1:{stt.ready['grpc']}",
-        "GATEWAY_BRAIN_ADDR": f"127.0.0.1:{brain.ready['grpc']}",
-        "GATEWAY_TTS_ADDR": f"127.0.0.1:{tts.ready['grpc']}"})
+    stt, tts = start_speech(stack)
+    _, gateway = start_brain_and_gateway(stack, redis_url=redis_url, llm_base_url=llm.base_url,
+                                         tokens="tok-bench=bench", stt=stt, tts=tts)
     return f"ws://127.0.0.1:{gateway.ready['http']}/v1/call", gateway.log_path
 
 
@@ -201,7 +179,11 @@ async def run(trials: int, false_starts: int) -> dict:
 
 def summarise(client: list[dict], server: list[dict], interrupted: list[bool]) -> dict:
     def stats(values: list[float]) -> dict:
-        return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95), "n": len(values)}
+        def pct(q: float) -> float:
+            value = percentile(values, q)
+            return float("nan") if value is None else value  # the table prints "nan" for none
+
+        return {"p50": pct(0.5), "p95": pct(0.95), "n": len(values)}
 
     return {
         "gateway": {key: stats([r[key] for r in server]) for key in

@@ -36,3 +36,14 @@ def silence(ms: int, rate: int = 16000) -> np.ndarray:
 
 def noise(ms: int, rate: int = 16000, level: float = 0.3, seed: int = 0) -> np.ndarray:
     return (np.random.default_rng(seed).standard_normal(rate * ms // 1000) * level).astype(np.float32)
+
+
+def vowel(ms: int, f0: float = 130.0, rate: int = 16000) -> np.ndarray:
+    """A synthetic 'uh': voiced enough for the VAD to start an utterance, too short to be words."""
+    t = np.arange(rate * ms // 1000) / rate
+    phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.03 * np.sin(2 * np.pi * 5 * t))) / rate
+    formants = ((700, 130), (1220, 150), (2600, 250))
+    gains = [sum(np.exp(-((f0 * k - f) / b) ** 2) for f, b in formants) + 0.05 for k in range(1, 30)]
+    out = sum(gain / k ** 0.5 * np.sin(k * phase) for k, gain in enumerate(gains, start=1))
+    out = out * np.minimum(1, np.minimum(t / 0.02, (t[-1] - t) / 0.02))
+    return (out / np.abs(out).max() * 0.5).astype(np.float32)

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from tests.fakes.fake_llm import FakeLLM
-from voicebot.devstack import Stack, free_port
+from voicebot.devstack import Proc, Stack, free_port, start_brain_and_gateway, start_speech
 
 TOKENS = "tok-alice=alice,tok-bob=bob"
 LOG_ROOT = Path(os.environ.get("VOICEBOT_TEST_LOGS", "/tmp/voicebot-test-logs"))
@@ -57,11 +57,19 @@ def scripted_llm(fake_llm):
 class RunningStack:
     stack: Stack
     redis_url: str
-    stt_addr: str
-    tts_addr: str
+    stt: Proc
+    tts: Proc
     brain_addr: str
     gateway_port: int
     metrics_ports: dict[str, int]
+
+    @property
+    def stt_addr(self) -> str:
+        return f"127.0.0.1:{self.stt.ready['grpc']}"
+
+    @property
+    def tts_addr(self) -> str:
+        return f"127.0.0.1:{self.tts.ready['grpc']}"
 
     @property
     def ws_url(self) -> str:
@@ -72,35 +80,17 @@ class RunningStack:
         return f"http://127.0.0.1:{self.gateway_port}"
 
 
-def start_brain_and_gateway(stack: Stack, name: str, redis_url: str, llm_url: str,
-                            stt_addr: str, tts_addr: str,
-                            brain_env: dict[str, str] | None = None) -> tuple[str, int, int]:
-    brain = stack.start_service(f"brain-{name}", "services.brain.server", {
-        "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
-        "BRAIN_LLM_BASE_URL": llm_url, "BRAIN_LLM_DEADLINE_S": "2", **(brain_env or {}),
-    })
-    brain_addr = f"127.0.0.1:{brain.ready['grpc']}"
-    gateway = stack.start_service(f"gateway-{name}", "gateway.app", {
-        "GATEWAY_PORT": "0", "GATEWAY_TOKENS": TOKENS, "GATEWAY_REDIS_URL": redis_url,
-        "GATEWAY_STT_ADDR": stt_addr, "GATEWAY_BRAIN_ADDR": brain_addr, "GATEWAY_TTS_ADDR": tts_addr,
-    })
-    return brain_addr, gateway.ready["http"], brain.ready["metrics"]
-
-
 @pytest.fixture(scope="session")
 def services(redis_url, fake_llm):
     """STT (Whisper base), TTS (piper), brain (scripted LLM) and gateway as real processes."""
     stack = Stack(LOG_ROOT / "services", quiet=True)
     try:
-        stt = stack.start_service("stt", "services.stt.server",
-                                  {"STT_PORT": "0", "STT_METRICS_PORT": "0"})
-        tts = stack.start_service("tts", "services.tts.server",
-                                  {"TTS_PORT": "0", "TTS_METRICS_PORT": "0"})
-        stt_addr, tts_addr = f"127.0.0.1:{stt.ready['grpc']}", f"127.0.0.1:{tts.ready['grpc']}"
-        brain_addr, gw_port, brain_metrics = start_brain_and_gateway(
-            stack, "fake", redis_url, fake_llm.base_url, stt_addr, tts_addr)
-        yield RunningStack(stack, redis_url, stt_addr, tts_addr, brain_addr, gw_port, {
-            "stt": stt.ready["metrics"], "tts": tts.ready["metrics"], "brain": brain_metrics,
-        })
+        stt, tts = start_speech(stack)
+        brain, gateway = start_brain_and_gateway(
+            stack, redis_url=redis_url, llm_base_url=fake_llm.base_url, tokens=TOKENS, stt=stt, tts=tts,
+            brain_env={"BRAIN_LLM_DEADLINE_S": "2"}, name="fake")
+        yield RunningStack(stack, redis_url, stt, tts, f"127.0.0.1:{brain.ready['grpc']}",
+                           gateway.ready["http"], {"stt": stt.ready["metrics"], "tts": tts.ready["metrics"],
+                                                   "brain": brain.ready["metrics"]})
     finally:
         stack.stop()

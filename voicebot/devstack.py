@@ -176,35 +176,55 @@ def main_llm_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
-def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
-                   ports: dict[str, int], extra_env: dict[str, str] | None = None,
-                   guard_llm_url: str = "") -> dict[str, Proc]:
-    """STT, TTS, brain and gateway (the order that loads models in parallel-friendly steps)."""
-    common = {"LOG_JSON": "true", **(extra_env or {})}
+def start_speech(stack: Stack, ports: dict[str, int] | None = None,
+                 env: dict[str, str] | None = None) -> tuple[Proc, Proc]:
+    """STT and TTS (port 0 = any free port)."""
+    ports, env = ports or {}, env or {}
     stt = stack.start_service("stt", "services.stt.server", {
-        **common, "STT_PORT": str(ports["stt"]), "STT_METRICS_PORT": str(ports.get("stt_metrics", 0)),
+        **env, "STT_PORT": str(ports.get("stt", 0)), "STT_METRICS_PORT": str(ports.get("stt_metrics", 0)),
     })
     tts = stack.start_service("tts", "services.tts.server", {
-        **common, "TTS_PORT": str(ports["tts"]), "TTS_METRICS_PORT": str(ports.get("tts_metrics", 0)),
+        **env, "TTS_PORT": str(ports.get("tts", 0)), "TTS_METRICS_PORT": str(ports.get("tts_metrics", 0)),
     })
-    # The reservation demo's backend: an MCP server the brain takes its tools from.
-    reservations = stack.start_service("reservations", "services.reservations.server", {
-        **common, "RESERVATIONS_PORT": str(ports.get("reservations", 0)),
-    })
-    brain = stack.start_service("brain", "services.brain.server", {
-        **common, "BRAIN_PORT": str(ports["brain"]),
+    return stt, tts
+
+
+def start_brain_and_gateway(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
+                            stt: Proc, tts: Proc, ports: dict[str, int] | None = None,
+                            brain_env: dict[str, str] | None = None, env: dict[str, str] | None = None,
+                            name: str = "") -> tuple[Proc, Proc]:
+    """The brain and a gateway in front of the given STT and TTS (``name`` tells pairs apart)."""
+    ports, env, suffix = ports or {}, env or {}, f"-{name}" if name else ""
+    brain = stack.start_service(f"brain{suffix}", "services.brain.server", {
+        **env, "BRAIN_PORT": str(ports.get("brain", 0)),
         "BRAIN_METRICS_PORT": str(ports.get("brain_metrics", 0)),
-        "BRAIN_REDIS_URL": redis_url, "BRAIN_LLM_BASE_URL": llm_base_url,
-        "BRAIN_RESERVATIONS_URL": f"http://127.0.0.1:{reservations.ready['http']}/mcp",
-        "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url,
+        "BRAIN_REDIS_URL": redis_url, "BRAIN_LLM_BASE_URL": llm_base_url, **(brain_env or {}),
     })
-    gateway = stack.start_service("gateway", "gateway.app", {
-        **common, "GATEWAY_PORT": str(ports["gateway"]), "GATEWAY_TOKENS": tokens,
+    gateway = stack.start_service(f"gateway{suffix}", "gateway.app", {
+        **env, "GATEWAY_PORT": str(ports.get("gateway", 0)), "GATEWAY_TOKENS": tokens,
         "GATEWAY_REDIS_URL": redis_url,
         "GATEWAY_STT_ADDR": f"127.0.0.1:{stt.ready['grpc']}",
         "GATEWAY_BRAIN_ADDR": f"127.0.0.1:{brain.ready['grpc']}",
         "GATEWAY_TTS_ADDR": f"127.0.0.1:{tts.ready['grpc']}",
     })
+    return brain, gateway
+
+
+def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
+                   ports: dict[str, int], guard_llm_url: str = "") -> dict[str, Proc]:
+    """STT, TTS, the reservation demo's MCP server, brain and gateway: what `make run` serves."""
+    env = {"LOG_JSON": "true"}
+    stt, tts = start_speech(stack, ports, env)
+    # The reservation demo's backend: an MCP server the brain takes its tools from.
+    reservations = stack.start_service("reservations", "services.reservations.server", {
+        **env, "RESERVATIONS_PORT": str(ports.get("reservations", 0)),
+    })
+    brain, gateway = start_brain_and_gateway(
+        stack, redis_url=redis_url, llm_base_url=llm_base_url, tokens=tokens, stt=stt, tts=tts,
+        ports=ports, env=env, brain_env={
+            "BRAIN_RESERVATIONS_URL": f"http://127.0.0.1:{reservations.ready['http']}/mcp",
+            "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url,
+        })
     return {"stt": stt, "tts": tts, "reservations": reservations, "brain": brain, "gateway": gateway}
 
 

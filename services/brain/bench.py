@@ -26,6 +26,7 @@ from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.prompts import system_prompt
 from services.brain.session_store import Turn
+from voicebot.common.stats import percentile
 from voicebot.devstack import Stack, free_port, main_llm_threads, start_guard_llm
 
 DOMAIN = "taking table reservations for a restaurant"
@@ -42,11 +43,6 @@ QUESTIONS = ["Is there parking nearby?", "Can we sit outside?", "Do you have veg
 
 
 LEADS = ("Quick question:", "Also,", "By the way,", "One more thing:")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def ttft(chat: OpenAIChatClient, messages) -> float:

@@ -89,12 +89,14 @@ class FunctionTool(Tool):
 class ToolRegistry:
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        self._definitions: list[dict[str, Any]] | None = None
         for tool in tools or []:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
         jsonschema.Draft202012Validator.check_schema(tool.spec.parameters)
         self._tools[tool.spec.name] = tool
+        self._definitions = None  # rebuilt on next use
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -105,8 +107,11 @@ class ToolRegistry:
     def definitions(self) -> list[dict[str, Any]]:
         """What the model is offered: sorted by name, keys in a fixed order (the prompt prefix
         must not move). Irreversible tools are never offered: code runs them after a confirmation."""
-        return [json.loads(json.dumps(self._tools[n].spec.definition(), sort_keys=True))
+        if self._definitions is None:  # built once, sent with every LLM call
+            self._definitions = [
+                json.loads(json.dumps(self._tools[n].spec.definition(), sort_keys=True))
                 for n in sorted(self._tools) if self._tools[n].spec.kind is not ToolKind.IRREVERSIBLE]
+        return self._definitions
 
     def specs(self) -> list[ToolSpec]:
         return [self._tools[n].spec for n in sorted(self._tools)]

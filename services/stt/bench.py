@@ -46,6 +46,7 @@ import grpc
 import numpy as np
 
 from voicebot.common.audio import float_to_pcm16, pcm16_to_float, read_wav, resample
+from voicebot.common.stats import percentile
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
 RATE = 16000
@@ -171,13 +172,6 @@ def edit_distance(ref: list[str], hyp: list[str]) -> int:
     return row[-1]
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 # ---- streaming -----------------------------------------------------------
 @dataclass
 class Result:
@@ -271,7 +265,7 @@ def delta(before: dict[str, float], after: dict[str, float], prefix: str) -> dic
 def summarize(streams: int, results: list[Result], clips: list[Clip], metrics: dict[str, float],
               measured: bool) -> dict:
     def p(values, q):
-        v = percentile([x for x in values if x is not None], q)
+        v = percentile([x for x in values if x is not None], q / 100)
         return None if v is None else round(v)
 
     started = [r.started_ms for r in results]

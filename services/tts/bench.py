@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 
+from voicebot.common.stats import percentile
 from voicebot.devstack import ROOT, Stack
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
 
@@ -38,11 +39,6 @@ REPLY = ("Sure, I can book that for you. We have a table by the window at seven 
          "The terrace is heated, so you can sit outside if you like. Shall I confirm it now?")
 LONG_FIRST = ("For a party of eight on a Saturday evening, we would need a deposit of fifty dollars, "
               "which is refundable up to a day before.")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def one_call(stub, deltas: list[str]) -> tuple[float, float]:

@@ -15,7 +15,7 @@ import pytest
 import websockets
 
 from services.brain.session_store import SessionHistory, SessionStore
-from tests.audio import noise, silence, speech
+from tests.audio import noise, silence, speech, vowel
 from tests.fakes.fake_llm import is_guard, last_user_text
 from voicebot.common.audio import float_to_pcm16
 
@@ -34,18 +34,6 @@ def script(body: dict) -> str:
     if is_guard(body):
         return "ALLOW"
     return LONG_REPLY if last_user_text(body) == FIRST_QUESTION else SHORT_REPLY
-
-
-def vowel(ms: int, f0: float = 130.0) -> np.ndarray:
-    """A synthetic 'uh': voiced enough for the VAD to start an utterance, too short to be one."""
-    t = np.arange(RATE * ms // 1000) / RATE
-    phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.03 * np.sin(2 * np.pi * 5 * t))) / RATE
-    formants = ((700, 130), (1220, 150), (2600, 250))
-    gains = [sum(np.exp(-((f0 * k - f) / b) ** 2) for f, b in formants) + 0.05 for k in range(1, 30)]
-    out = sum(gain / k ** 0.5 * np.sin(k * phase) for k, gain in enumerate(gains, start=1))
-    envelope = np.minimum(1, np.minimum(t / 0.02, (t[-1] - t) / 0.02))
-    out = out * envelope
-    return (out / np.abs(out).max() * 0.5).astype(np.float32)
 
 
 class Client:

@@ -25,7 +25,7 @@ from gateway.cli import call
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT, TOKENS
 from voicebot.common.audio import float_to_pcm16, write_wav
-from voicebot.devstack import Stack, free_port
+from voicebot.devstack import Stack, free_port, start_brain_and_gateway, start_speech
 
 pytestmark = pytest.mark.integration
 STAGES = ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")
@@ -75,16 +75,9 @@ def traced_stack(receiver, redis_url, fake_llm):
            "OTEL_BSP_SCHEDULE_DELAY": "100"}
     stack = Stack(LOG_ROOT / "traced", env=env, quiet=True)
     try:
-        stt = stack.start_service("stt", "services.stt.server", {"STT_PORT": "0", "STT_METRICS_PORT": "0"})
-        tts = stack.start_service("tts", "services.tts.server", {"TTS_PORT": "0", "TTS_METRICS_PORT": "0"})
-        brain = stack.start_service("brain", "services.brain.server", {
-            "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
-            "BRAIN_LLM_BASE_URL": fake_llm.base_url})
-        gateway = stack.start_service("gateway", "gateway.app", {
-            "GATEWAY_PORT": "0", "GATEWAY_TOKENS": TOKENS, "GATEWAY_REDIS_URL": redis_url,
-            "GATEWAY_STT_ADDR": f"127.0.0.1:{stt.ready['grpc']}",
-            "GATEWAY_BRAIN_ADDR": f"127.0.0.1:{brain.ready['grpc']}",
-            "GATEWAY_TTS_ADDR": f"127.0.0.1:{tts.ready['grpc']}"})
+        stt, tts = start_speech(stack)
+        brain, gateway = start_brain_and_gateway(stack, redis_url=redis_url, llm_base_url=fake_llm.base_url,
+                                                 tokens=TOKENS, stt=stt, tts=tts)
         yield {"gateway": gateway.ready["http"], "metrics": {
             "gateway": gateway.ready["http"], "stt": stt.ready["metrics"],
             "brain": brain.ready["metrics"], "tts": tts.ready["metrics"]}}
