@@ -1,0 +1,193 @@
+"""The clinic's appointment line as an MCP server over streamable HTTP (``python -m services.clinic.server``).
+
+Tools (with MCP annotations, which the brain maps onto its tool kinds):
+``list_openings`` (read-only), ``book_appointment`` (additive, idempotent with
+an ``idempotency_key``), ``find_appointments`` (read-only),
+``cancel_appointment`` (destructive, idempotent). A business refusal is a tool
+error whose text starts with ``refused:``; bad input is a tool error starting
+with ``invalid:``. Phone numbers, dates of birth and reasons for the visit are
+stored but never returned.
+
+The MCP endpoint is ``/mcp``; ``/healthz`` answers 200. With ``CLINIC_TOKEN``
+set, every other request needs ``Authorization: Bearer <token>`` and gets 401
+without it: the write tools would otherwise book for anyone who can reach
+the port, past the brain's confirmation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from services.clinic.store import InvalidRequest, OpeningTaken, Store
+from voicebot.common.logs import setup_logging
+
+log = logging.getLogger("clinic")
+
+
+class ClinicSettings(BaseSettings):
+    """CLINIC_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="CLINIC_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8091  # 0 picks a free port; the READY line says which
+    db: str = "~/.cache/voicebot/clinic.sqlite3"  # or :memory:
+    # Required as "Authorization: Bearer <token>" on every request but /healthz; empty = open.
+    token: SecretStr = SecretStr("")
+    today: dt.date | None = None  # pin the calendar (tests, demos); default: the real date
+    log_level: str = "INFO"
+    log_json: bool = True
+
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+BOOK = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                       open_world_hint=False)
+CANCEL = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                         open_world_hint=False)
+
+
+def _ok(data: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data)
+
+
+def _error(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+async def _run(work: Callable[[], dict[str, Any]]) -> CallToolResult:
+    """A store call in a thread (sqlite3 blocks), its exceptions as the tool errors the brain reads."""
+    try:
+        return _ok(await asyncio.to_thread(work))
+    except InvalidRequest as exc:
+        return _error(f"invalid: {exc}")
+    except OpeningTaken as exc:
+        return _error(f"refused: opening_taken: opening {exc} has just been booked; offer other openings")
+
+
+Day = Annotated[str, Field(description="YYYY-MM-DD, 'today', 'tomorrow' or a weekday name such as 'tuesday' "
+                                       "(the nearest one, today included)")]
+Clinician = Annotated[str, Field(description="'Dr. Patel' or 'Dr. Kim'; empty for any clinician")]
+After = Annotated[str | None, Field(description="HH:MM, 24-hour clock, e.g. 14:30: openings from then "
+                                                "first; omit for the earliest")]
+Name = Annotated[str, Field(description="the patient's full name")]
+
+
+def build_server(store: Store) -> MCPServer:
+    server = MCPServer("clinic", instructions="Appointments at one medical clinic with Dr. Patel and "
+                       "Dr. Kim: Monday to Friday, 09:00-12:00 and 14:00-17:00, 20 minutes each.")
+    _add_tools(server, store)
+
+    @server.custom_route("/healthz", methods=["GET"])
+    async def healthz(_request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return server
+
+
+def _add_tools(server: MCPServer, store: Store) -> None:
+    @server.tool(annotations=READ_ONLY)
+    async def list_openings(date: Day, clinician: Clinician = "", after: After = None) -> CallToolResult:
+        """Free 20-minute appointment openings on a day: up to 4, the nearest to 'after' first."""
+        return await _run(lambda: store.list_openings(date, clinician, after))
+
+    @server.tool(annotations=BOOK)
+    async def book_appointment(
+        opening_id: Annotated[str, Field(description="an opening_id from list_openings")],
+        patient_name: Name,
+        reason: Annotated[str, Field(description="the reason for the visit, in the caller's few words")],
+        date_of_birth: Annotated[str, Field(description="YYYY-MM-DD, when the caller gives it")] = "",
+        phone: Annotated[str, Field(description="a phone number to reach the patient")] = "",
+        idempotency_key: Annotated[str, Field(description="the same key books at most once")] = "",
+    ) -> CallToolResult:
+        """Book an opening for a patient. Refused with 'refused: opening_taken' when it is taken."""
+        return await _run(lambda: store.book(opening_id, patient_name, reason, date_of_birth, phone,
+                                             idempotency_key))
+
+    @server.tool(annotations=READ_ONLY)
+    async def find_appointments(patient_name: Name) -> CallToolResult:
+        """A patient's upcoming appointments (cancelled ones included, with their status)."""
+        return await _run(lambda: store.find(patient_name))
+
+    @server.tool(annotations=CANCEL)
+    async def cancel_appointment(
+        appointment_id: Annotated[str, Field(description="the appointment to cancel")],
+    ) -> CallToolResult:
+        """Cancel an appointment (cancelling it again changes nothing)."""
+        return await _run(lambda: store.cancel(appointment_id))
+
+
+class BearerAuth:
+    """ASGI middleware: 401 for any HTTP request without the bearer token, except /healthz."""
+
+    OPEN_PATHS = frozenset({"/healthz"})  # probes carry no token
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS or self._authorized(scope):
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse({"error": "unauthorized", "message": "a valid bearer token is required"},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+        return hmac.compare_digest(given, self._expected)  # constant time: no guessing by timing
+
+
+def _clock(today: dt.date | None) -> Callable[[], dt.datetime]:
+    if today is None:
+        return dt.datetime.now
+    # A pinned calendar stands at midnight, so every opening of that day is still bookable.
+    return lambda: dt.datetime.combine(today, dt.time.min)
+
+
+async def serve(settings: ClinicSettings) -> None:
+    store = Store(settings.db, _clock(settings.today))
+    app: ASGIApp = build_server(store).streamable_http_app(host=settings.host)
+    token = settings.token.get_secret_value()
+    if token:
+        app = BearerAuth(app, token)
+    log.info("access", extra={"bearer_token": bool(token)})
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
+                            access_log=False, lifespan="on", timeout_graceful_shutdown=3)
+    server = uvicorn.Server(config)
+    try:
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn exposes a flag only
+            await asyncio.sleep(0.05)
+        if server.started:
+            port = server.servers[0].sockets[0].getsockname()[1]
+            log.info("serving", extra={"port": port, "db": settings.db})
+            print(f"READY clinic http={port}", flush=True)
+        await task
+    finally:
+        store.close()
+
+
+def main() -> None:
+    settings = ClinicSettings()
+    setup_logging("clinic", settings.log_level, settings.log_json)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()
