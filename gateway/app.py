@@ -7,7 +7,6 @@ import contextlib
 import logging
 from importlib.resources import files
 
-import redis.asyncio as aioredis
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
@@ -17,51 +16,77 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from gateway import serving
 from gateway.auth import TokenAuth
 from gateway.call import Call
+from gateway.capacity import Capacity
 from gateway.config import GatewaySettings
-from gateway.metrics import ACTIVE_SESSIONS
+from gateway.fallback import FallbackVoice
+from gateway.origin import OriginPolicy
+from gateway.protocol import error_event
 from gateway.sessions import SessionRegistry
 from gateway.upstreams import Upstreams
+from voicebot.common.internal_auth import InternalAuthError, internal_token
 from voicebot.common.logs import setup_logging
+from voicebot.common.redis import connect_redis
 from voicebot.common.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger("gateway")
 
 CLOSE_UNAUTHORIZED = 4401
+CLOSE_FORBIDDEN_ORIGIN = 4403
+CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455 registry: the server is overloaded
 
 
 def create_app(settings: GatewaySettings) -> Starlette:
     auth = TokenAuth(settings.token_map())
+    origins = OriginPolicy(settings.allowed_origins)
+    capacity = Capacity(settings.max_sessions)
     state: dict = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         state["upstreams"] = Upstreams(settings.stt_addr, settings.brain_addr, settings.tts_addr)
-        state["redis"] = aioredis.Redis.from_url(settings.redis_url)
+        state["redis"] = connect_redis(settings.redis_url)
         state["sessions"] = SessionRegistry(state["redis"], settings.session_ttl_s)
+        state["fallback"] = FallbackVoice(state["upstreams"].tts, settings.output_sample_rate)
+        state["fallback"].warm("en")  # in the background: TTS may come up after the gateway
         yield
+        await state["fallback"].close()
         await state["upstreams"].close()
         await state["redis"].aclose()
         shutdown_tracing()
 
+    async def refuse(ws: WebSocket, code: int, reason: str, error: tuple[str, str] | None = None) -> None:
+        # Accept first so the client sees the close code (and the error), not a bare HTTP 403.
+        await ws.accept()
+        if error is not None:
+            await ws.send_text(error_event(*error))
+        await ws.close(code=code, reason=reason)
+
     async def call_endpoint(ws: WebSocket) -> None:
+        if not origins.allows(ws.headers.get("origin"), ws.headers.get("host")):
+            await refuse(ws, CLOSE_FORBIDDEN_ORIGIN, "origin not allowed")
+            return
         user_id = auth.authenticate(ws)
         if user_id is None:
-            # Accept first so the client sees the 4401 close code, not a bare HTTP 403.
-            await ws.accept()
-            await ws.close(code=CLOSE_UNAUTHORIZED, reason="unauthorized")
+            await refuse(ws, CLOSE_UNAUTHORIZED, "unauthorized")
             return
-        await ws.accept()
-        ACTIVE_SESSIONS.inc()
+        if not capacity.open():
+            # A clear refusal beyond capacity, not a slower call for everyone already here.
+            await refuse(ws, CLOSE_TRY_AGAIN_LATER, "at capacity",
+                         ("overloaded", "this gateway is at capacity; try again shortly"))
+            return
         try:
-            await Call(ws, user_id, settings, state["upstreams"], state["sessions"]).run()
+            await ws.accept()
+            await Call(ws, user_id, settings, state["upstreams"], state["sessions"],
+                       fallback=state["fallback"], capacity=capacity).run()
         except Exception:
             log.exception("call failed")
             with contextlib.suppress(Exception):
                 await ws.close(code=1011, reason="internal error")
         finally:
-            ACTIVE_SESSIONS.dec()
+            capacity.close()
 
     async def index(_request: Request) -> HTMLResponse:
         return HTMLResponse(files("gateway").joinpath("static/index.html").read_text())
@@ -75,6 +100,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             checks["redis"] = bool(await asyncio.wait_for(state["redis"].ping(), 1.0))
         except Exception:  # noqa: BLE001 - any failure means "not ready"
             checks["redis"] = False
+        checks.update(capacity.checks())  # saturated: send new calls elsewhere
         ready = all(checks.values())
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
@@ -103,11 +129,15 @@ def main() -> None:
     setup_tracing("gateway")
     if not settings.token_map():
         raise SystemExit("GATEWAY_TOKENS is empty: set at least one TOKEN=USER_ID pair")
+    try:
+        internal_token()  # the upstream channels need it: say so now, not at the first call
+    except InternalAuthError as exc:
+        raise SystemExit(f"gateway: {exc}") from None
     config = uvicorn.Config(
         create_app(settings), host=settings.host, port=settings.port,
         # Frames beyond this close the socket with 1009; smaller oversize frames get an error event.
         ws_max_size=settings.max_message_bytes * 4, log_config=None, access_log=False,
-        lifespan="on",
+        lifespan="on", ws=serving.ws_protocol(settings.ws_impl),
     )
     server = uvicorn.Server(config)
 
@@ -120,7 +150,7 @@ def main() -> None:
             print(f"READY gateway http={port}", flush=True)
         await serve
 
-    asyncio.run(run())
+    serving.run(run(), settings.loop)
 
 
 if __name__ == "__main__":

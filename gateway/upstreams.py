@@ -1,4 +1,7 @@
-"""gRPC channels to STT, brain and TTS, opened once per gateway process."""
+"""gRPC channels to STT, brain and TTS, opened once per gateway process.
+
+Every call on them carries the internal token (voicebot.common.internal_auth).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +10,14 @@ import asyncio
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import brain_pb2_grpc, stt_pb2_grpc, tts_pb2_grpc
 
 
 class Upstreams:
     def __init__(self, stt_addr: str, brain_addr: str, tts_addr: str) -> None:
         self.addresses = {"stt": stt_addr, "brain": brain_addr, "tts": tts_addr}
-        self.channels = {name: grpc.aio.insecure_channel(addr) for name, addr in self.addresses.items()}
+        self.channels = {name: internal_channel(addr) for name, addr in self.addresses.items()}
         self.stt = stt_pb2_grpc.SpeechToTextStub(self.channels["stt"])
         self.brain = brain_pb2_grpc.BrainStub(self.channels["brain"])
         self.tts = tts_pb2_grpc.TextToSpeechStub(self.channels["tts"])

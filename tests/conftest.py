@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,10 +12,23 @@ import pytest
 import redis
 
 from tests.fakes.fake_llm import FakeLLM
-from voicebot.devstack import Proc, Stack, free_port, start_brain_and_gateway, start_speech
+from voicebot.common.redis import connect_redis_sync
+from voicebot.devstack import (
+    Proc,
+    Stack,
+    ensure_internal_token,
+    free_port,
+    redis_url_for,
+    start_brain_and_gateway,
+    start_speech,
+)
 
 TOKENS = "tok-alice=alice,tok-bob=bob"
 LOG_ROOT = Path(os.environ.get("VOICEBOT_TEST_LOGS", "/tmp/voicebot-test-logs"))
+# Internal gRPC calls are authenticated in tests as in production: one token for the session,
+# in this process's environment (in-process servers and clients) and every child's.
+INTERNAL_TOKEN = ensure_internal_token()
+REDIS_PASSWORD = secrets.token_urlsafe(18)
 
 
 @pytest.fixture(scope="session")
@@ -23,14 +37,14 @@ def redis_url():
         pytest.fail("redis-server is not installed (apt-get install redis-server); .ci/run installs it")
     stack = Stack(LOG_ROOT / "redis", quiet=True)
     port = free_port()
-    stack.start_redis(port)
-    yield f"redis://127.0.0.1:{port}/0"
+    stack.start_redis(port, password=REDIS_PASSWORD)  # the URL carries it, as make run's does
+    yield redis_url_for(port, REDIS_PASSWORD)
     stack.stop()
 
 
 @pytest.fixture
-def redis_client(redis_url):
-    client = redis.Redis.from_url(redis_url)
+def redis_client(redis_url) -> redis.Redis:
+    client = connect_redis_sync(redis_url)
     yield client
     client.close()
 

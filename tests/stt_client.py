@@ -10,6 +10,7 @@ import grpc
 import numpy as np
 
 from voicebot.common.audio import float_to_pcm16
+from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
 
@@ -28,7 +29,7 @@ def _config(rate: int, **config) -> stt_pb2.RecognizeRequest:
 async def recognize(addr: str, audio: np.ndarray, rate: int = 16000, chunk_ms: int = 20,
                     **config) -> list[tuple]:
     """Send all the audio as fast as the server takes it, half-close, return every record."""
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with internal_channel(addr) as channel:
         stub = stt_pb2_grpc.SpeechToTextStub(channel)
 
         async def requests():
@@ -48,7 +49,7 @@ class RecognizeCall:
         self.records: list[tuple] = []
 
     async def __aenter__(self) -> RecognizeCall:
-        self._channel = grpc.aio.insecure_channel(self.addr)
+        self._channel = internal_channel(self.addr)
         stub = stt_pb2_grpc.SpeechToTextStub(self._channel)
         self.call = stub.StreamingRecognize(timeout=self.timeout)
         await self.call.write(_config(self.rate, **self.config))

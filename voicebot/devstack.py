@@ -4,7 +4,13 @@ redis-server, the llama.cpp LLM server (unless BRAIN_LLM_BASE_URL points at
 another OpenAI-compatible server), STT, brain, TTS and the gateway. Each
 service prints one ``READY name grpc=PORT ...`` line when it serves; the
 launcher waits for it, so port 0 (pick a free port) works everywhere.
-Ctrl-C stops everything this launcher started.
+
+Under ``make run`` a ``Supervisor`` restarts a process that exits, on the same
+ports, with exponential backoff, while the others keep serving (the gateway's
+``/readyz`` names the missing upstream meanwhile). Redis keeps an append-only
+file (fsync every second) under ``.run/redis`` and requires a password. Every
+process gets the same generated ``VOICEBOT_INTERNAL_TOKEN``. Ctrl-C stops
+everything this launcher started.
 """
 
 from __future__ import annotations
@@ -19,9 +25,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from voicebot.common.internal_auth import TOKEN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,12 +48,28 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def ensure_internal_token() -> str:
+    """The internal token of this launcher's processes: ``VOICEBOT_INTERNAL_TOKEN``, generated
+    (and put in this process's environment, for in-process clients) when unset."""
+    token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+    os.environ[TOKEN_ENV] = token
+    return token
+
+
+def redis_url_for(port: int, password: str | None = None, host: str = "127.0.0.1") -> str:
+    auth = f":{urllib.parse.quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}{host}:{port}/0"
+
+
 @dataclass
 class Proc:
     name: str
     popen: subprocess.Popen
     log_path: Path
     ready: dict[str, int] = field(default_factory=dict)
+    # Starts this process again (same ports, same arguments) and waits until it is ready.
+    relaunch: Callable[[], Proc] | None = None
+    started_at: float = field(default_factory=time.monotonic)
 
     def log_tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
@@ -61,32 +87,56 @@ class Stack:
     def __init__(self, log_dir: Path, env: dict[str, str] | None = None, quiet: bool = False) -> None:
         self.log_dir = log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", TOKEN_ENV: ensure_internal_token(), **(env or {})}
         self.procs: list[Proc] = []
         self.quiet = quiet
+        # spawn and stop take it, so a restart racing Ctrl-C cannot leave a process behind.
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._closed = False
 
     def say(self, message: str) -> None:
         if not self.quiet:
             print(message, flush=True)
 
-    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+              replace: Proc | None = None) -> Proc:
+        """Start a process; ``replace``: a restart of that (exited) one, its log appended to."""
         log_path = self.log_dir / f"{name}.log"
-        log_file = log_path.open("w")
-        popen = subprocess.Popen(
-            argv, cwd=ROOT, env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
-            stderr=log_file, text=True, start_new_session=True,
-        )
-        proc = Proc(name, popen, log_path)
-        self.procs.append(proc)
+        with self._lock:
+            if self._stopping:
+                raise StartupError(f"not starting {name}: the stack is stopping")
+            with log_path.open("a" if replace else "w") as log_file:
+                popen = subprocess.Popen(
+                    argv, cwd=ROOT, env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
+                    stderr=log_file, text=True, start_new_session=True,
+                )
+            proc = Proc(name, popen, log_path)
+            if replace is not None and replace in self.procs:
+                self.procs[self.procs.index(replace)] = proc
+            else:
+                self.procs.append(proc)
         return proc
 
-    def start_service(self, name: str, module: str, env: dict[str, str], timeout: float = 180) -> Proc:
-        """Start ``python -m module`` and wait for its READY line."""
+    def start_service(self, name: str, module: str, env: dict[str, str], timeout: float = 180,
+                      prefix: str | None = None, replace: Proc | None = None) -> Proc:
+        """Start ``python -m module`` and wait for its READY line.
+
+        ``prefix`` (default: the module's package, ``services.stt.server`` -> ``STT``) names the
+        port variables a restart pins to the ports this start got, so port 0 stays one port.
+        """
         self.say(f"starting {name} ...")
-        proc = self.spawn(name, [sys.executable, "-m", module], env)
-        ready = self._wait_ready(proc, timeout)
-        proc.ready = ready
-        self.say(f"  {name} ready {ready}")
+        proc = self.spawn(name, [sys.executable, "-m", module], env, replace)
+        # Set before the wait: a restart that fails to become ready is retried by the supervisor.
+        proc.relaunch = lambda: self.start_service(name, module, env, timeout, prefix, replace=proc)
+        try:
+            proc.ready = self._wait_ready(proc, timeout)
+        except StartupError:
+            self._kill(proc)
+            raise
+        self.say(f"  {name} ready {proc.ready}")
+        pinned = {**env, **_port_env(prefix or module.split(".")[-2].upper(), proc.ready)}
+        proc.relaunch = lambda: self.start_service(name, module, pinned, timeout, prefix, replace=proc)
         return proc
 
     def _wait_ready(self, proc: Proc, timeout: float) -> dict[str, int]:
@@ -107,35 +157,70 @@ class Stack:
             raise StartupError(f"{proc.name} did not become ready; log {proc.log_path}:\n{proc.log_tail()}")
         return found["ports"]
 
-    def start_redis(self, port: int) -> Proc:
+    def start_redis(self, port: int, password: str | None = None, data_dir: Path | None = None,
+                    name: str = "redis") -> Proc:
+        """redis-server on 127.0.0.1. ``data_dir``: keep an append-only file there (fsync every
+        second, replayed on restart); without it nothing is persisted. ``password``: required
+        of every client (written to a 0600 config file, not to the command line)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise StartupError("redis-server is not installed")
-        proc = self.spawn("redis", [binary, "--port", str(port), "--bind", "127.0.0.1",
-                                    "--save", "", "--appendonly", "no"])
-        self._wait_port(proc, port, 20)
+        argv = [binary, str(self._redis_config(name, password)), "--port", str(port),
+                "--bind", "127.0.0.1", "--save", ""]
+        if data_dir is not None:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            argv += ["--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(data_dir)]
+        else:
+            argv += ["--appendonly", "no"]
+        return self._start_redis(name, argv, port)
+
+    def _start_redis(self, name: str, argv: list[str], port: int, replace: Proc | None = None) -> Proc:
+        proc = self.spawn(name, argv, replace=replace)
+        proc.relaunch = lambda: self._start_redis(name, argv, port, replace=proc)
+        try:
+            self._wait_port(proc, port, 20)
+        except StartupError:
+            self._kill(proc)
+            raise
         proc.ready = {"port": port}
         return proc
 
+    def _redis_config(self, name: str, password: str | None) -> Path:
+        path = self.log_dir / f"{name}.conf"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as conf:
+            if password:
+                conf.write(f"requirepass {password}\n")
+        return path
+
     def start_llm(self, port: int, timeout: float = 300, name: str = "llm", n_ctx: int = 4096,
-                  threads: int | None = None) -> Proc:
+                  threads: int | None = None, replace: Proc | None = None) -> Proc:
         from voicebot import localllm
 
         self.say(f"starting the local LLM server (llama.cpp) as {name} ...")
-        proc = self.spawn(name, localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads))
+        proc = self.spawn(name, localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads),
+                          replace=replace)
+        proc.relaunch = lambda: self.start_llm(port, timeout, name, n_ctx, threads, replace=proc)
+        try:
+            self._wait_http(proc, f"http://127.0.0.1:{port}/v1/models", timeout)
+        except StartupError:
+            self._kill(proc)
+            raise
+        proc.ready = {"http": port}
+        self.say(f"  {name} ready on {port}")
+        return proc
+
+    def _wait_http(self, proc: Proc, url: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        url = f"http://127.0.0.1:{port}/v1/models"
         while time.monotonic() < deadline:
             if proc.popen.poll() is not None:
-                raise StartupError(f"LLM server exited; log {proc.log_path}:\n{proc.log_tail()}")
+                raise StartupError(f"{proc.name} exited; log {proc.log_path}:\n{proc.log_tail()}")
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(url, timeout=1) as reply:
                     if reply.status == 200:
-                        proc.ready = {"http": port}
-                        self.say(f"  {name} ready on {port}")
-                        return proc
+                        return
             time.sleep(0.3)
-        raise StartupError(f"LLM server not ready after {timeout}s; log {proc.log_path}")
+        raise StartupError(f"{proc.name} not ready after {timeout}s; log {proc.log_path}")
 
     def _wait_port(self, proc: Proc, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -147,18 +232,127 @@ class Stack:
             time.sleep(0.1)
         raise StartupError(f"{proc.name} did not open port {port}")
 
+    @staticmethod
+    def _kill(proc: Proc) -> None:
+        """Stop one process group now (a start that failed, or a stuck process)."""
+        if proc.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait()
+
+    def close(self) -> None:
+        """Stop everything for good: a restart still under way cannot start anything after this."""
+        with self._lock:
+            self._closed = True
+        self.stop()
+
     def stop(self) -> None:
-        for proc in reversed(self.procs):
+        """Stop every process (the stack can start new ones afterwards, unless closed)."""
+        with self._lock:
+            self._stopping = True
+            procs = list(reversed(self.procs))
+        for proc in procs:
             if proc.popen.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.popen.pid, signal.SIGTERM)
-        for proc in reversed(self.procs):
+        for proc in procs:
             try:
                 proc.popen.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.popen.pid, signal.SIGKILL)
-        self.procs.clear()
+                self._kill(proc)
+        with self._lock:
+            self.procs.clear()
+            self._stopping = self._closed
+
+
+def _port_env(prefix: str, ready: dict[str, int]) -> dict[str, str]:
+    """The variables that make a restarted service listen where this one did."""
+    names = {"grpc": f"{prefix}_PORT", "http": f"{prefix}_PORT", "metrics": f"{prefix}_METRICS_PORT"}
+    return {names[key]: str(port) for key, port in ready.items() if key in names}
+
+
+class Backoff:
+    """Delay before restart number ``failures`` + 1: ``initial_s`` doubling up to ``max_s``."""
+
+    def __init__(self, initial_s: float = 0.5, max_s: float = 30.0) -> None:
+        self.initial_s, self.max_s = initial_s, max_s
+
+    def delay(self, failures: int) -> float:
+        return min(self.max_s, self.initial_s * 2 ** max(0, failures))
+
+
+class Supervisor:
+    """Restarts the stack's processes that exit, each in its own thread, so a slow restart of
+    one does not hold the others' (and the rest keep serving). A process that ran for
+    ``stable_s`` before it exited starts again from the shortest delay; one that keeps dying
+    waits longer each time (``Backoff``). Every exit and restart is logged to stdout (unless
+    the stack is quiet) and to ``supervisor.log`` next to the processes' logs.
+    """
+
+    def __init__(self, stack: Stack, backoff: Backoff | None = None, stable_s: float = 60.0) -> None:
+        self.stack = stack
+        self.backoff = backoff or Backoff()
+        self.stable_s = stable_s
+        self.events: list[tuple[float, str, str]] = []  # (monotonic time, process name, what)
+        self._failures: dict[str, int] = {}
+        self._restarting: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._log_path = stack.log_dir / "supervisor.log"
+
+    def check(self) -> None:
+        """One pass: start a restart for every process that exited and has none under way."""
+        for proc in list(self.stack.procs):
+            if proc.relaunch is None or proc.popen.poll() is None:
+                continue
+            with self._lock:
+                if proc.name in self._restarting or self._stopped.is_set():
+                    continue
+                self._restarting.add(proc.name)
+            thread = threading.Thread(target=self._restart, args=(proc,), name=f"restart-{proc.name}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def run(self, stopped: threading.Event, interval_s: float = 0.5) -> None:
+        while not stopped.wait(interval_s):
+            self.check()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """No more restarts; a restart waiting out its delay gives up at once."""
+        self._stopped.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+
+    def _restart(self, proc: Proc) -> None:
+        try:
+            lived = time.monotonic() - proc.started_at
+            failures = 0 if lived >= self.stable_s else self._failures.get(proc.name, 0)
+            delay = self.backoff.delay(failures)
+            self._failures[proc.name] = failures + 1
+            self._note(proc.name, f"exited (status {proc.popen.returncode}) after {lived:.1f} s; "
+                                  f"restarting in {delay:.1f} s (attempt {failures + 1})")
+            if self._stopped.wait(delay):
+                return
+            assert proc.relaunch is not None
+            try:
+                new = proc.relaunch()
+            except StartupError as exc:
+                if not self._stopped.is_set():
+                    self._note(proc.name, f"restart failed: {exc}")
+                return  # the failed process stays in the stack; the next check tries again
+            self._note(proc.name, f"restarted (pid {new.popen.pid}, ready {new.ready})")
+        finally:
+            with self._lock:
+                self._restarting.discard(proc.name)
+
+    def _note(self, name: str, what: str) -> None:
+        self.events.append((time.monotonic(), name, what))
+        line = f"{time.strftime('%H:%M:%S')} {name} {what}"
+        self.stack.say(line)
+        with contextlib.suppress(OSError), self._log_path.open("a") as log:
+            log.write(line + "\n")
 
 
 def start_guard_llm(stack: Stack, port: int) -> str:
@@ -211,17 +405,25 @@ def start_brain_and_gateway(stack: Stack, *, redis_url: str, llm_base_url: str, 
 
 
 def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
-                   ports: dict[str, int], guard_llm_url: str = "") -> dict[str, Proc]:
-    """STT, TTS, the reservation demo's MCP server, brain and gateway: what `make run` serves."""
+                   ports: dict[str, int], guard_llm_url: str = "",
+                   reservations_token: str = "") -> dict[str, Proc]:
+    """STT, TTS, the reservation demo's MCP server, brain and gateway: what `make run` serves.
+
+    ``reservations_token``: the MCP server then answers only ``Authorization: Bearer <token>``;
+    the brain gets the same value as RESERVATIONS_TOKEN (its profile sends the header).
+    """
     env = {"LOG_JSON": "true"}
     stt, tts = start_speech(stack, ports, env)
     # The reservation demo's backend: an MCP server the brain takes its tools from.
+    # Its admin tools (failure injection) stay off: RESERVATIONS_ADMIN defaults to false.
+    auth = {"RESERVATIONS_TOKEN": reservations_token} if reservations_token else {}
     reservations = stack.start_service("reservations", "services.reservations.server", {
-        **env, "RESERVATIONS_PORT": str(ports.get("reservations", 0)),
+        **env, **auth, "RESERVATIONS_PORT": str(ports.get("reservations", 0)),
     })
     brain, gateway = start_brain_and_gateway(
         stack, redis_url=redis_url, llm_base_url=llm_base_url, tokens=tokens, stt=stt, tts=tts,
         ports=ports, env=env, brain_env={
+            **auth,
             "BRAIN_RESERVATIONS_URL": f"http://127.0.0.1:{reservations.ready['http']}/mcp",
             "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url,
         })
@@ -243,22 +445,29 @@ def ensure_redis_server() -> None:
     )
 
 
+def local_redis(stack: Stack) -> str:
+    """The URL of make run's Redis: started here (append-only file in .run/redis, a password)
+    unless one already listens on REDIS_PORT (then VOICEBOT_REDIS_PASSWORD is its password)."""
+    port = int(os.environ.get("REDIS_PORT", "6379"))
+    password = os.environ.get("VOICEBOT_REDIS_PASSWORD")
+    if port_open(port):
+        stack.say(f"using the Redis already listening on {port}")
+        return redis_url_for(port, password)
+    ensure_redis_server()
+    # A new password each run is fine: Redis keeps it in memory only, the data stays in the AOF.
+    password = password or secrets.token_urlsafe(24)
+    stack.say(f"starting redis-server on {port} (append-only file in .run/redis) ...")
+    stack.start_redis(port, password=password, data_dir=ROOT / ".run" / "redis")
+    return redis_url_for(port, password)
+
+
 def main() -> int:
     stack = Stack(ROOT / ".run" / "logs")
     token = os.environ.get("VOICEBOT_DEV_TOKEN") or secrets.token_urlsafe(16)
     tokens = os.environ.get("GATEWAY_TOKENS") or f"{token}=dev-user"
     gateway_port = int(os.environ.get("GATEWAY_PORT", "8080"))
     try:
-        redis_url = os.environ.get("REDIS_URL")
-        if not redis_url:
-            redis_port = int(os.environ.get("REDIS_PORT", "6379"))
-            if not port_open(redis_port):
-                ensure_redis_server()
-                stack.say(f"starting redis-server on {redis_port} ...")
-                stack.start_redis(redis_port)
-            else:
-                stack.say(f"using the Redis already listening on {redis_port}")
-            redis_url = f"redis://127.0.0.1:{redis_port}/0"
+        redis_url = os.environ.get("REDIS_URL") or local_redis(stack)
         llm_url = os.environ.get("BRAIN_LLM_BASE_URL")
         guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
         if not llm_url:
@@ -268,7 +477,8 @@ def main() -> int:
             if not guard_url:
                 guard_url = start_guard_llm(stack, int(os.environ.get("LLM_GUARD_PORT", "8001")))
         start_voicebot(stack, redis_url=redis_url, llm_base_url=llm_url, tokens=tokens,
-                       guard_llm_url=guard_url, ports={
+                       guard_llm_url=guard_url, reservations_token=os.environ.get("RESERVATIONS_TOKEN", ""),
+                       ports={
             "stt": int(os.environ.get("STT_PORT", "50051")),
             "brain": int(os.environ.get("BRAIN_PORT", "50052")),
             "tts": int(os.environ.get("TTS_PORT", "50053")),
@@ -292,13 +502,12 @@ Press Ctrl-C to stop everything.""", flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopped.set())
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    while not stopped.wait(1.0):
-        for proc in stack.procs:
-            if proc.popen.poll() is not None:
-                print(f"{proc.name} exited unexpectedly; log {proc.log_path}:\n{proc.log_tail()}")
-                stopped.set()
+    # A process that exits is started again on its ports; the others keep serving.
+    supervisor = Supervisor(stack)
+    supervisor.run(stopped)
     print("stopping ...", flush=True)
-    stack.stop()
+    supervisor.stop()
+    stack.close()
     return 0
 
 

@@ -7,14 +7,19 @@ an ``idempotency_key``), ``get_reservation`` (read-only), ``cancel_reservation``
 with ``refused:``; bad input is a tool error starting with ``invalid:``. Phone
 numbers are stored but never returned.
 
-``admin_set_failures`` (present unless ``RESERVATIONS_ADMIN=false``) replaces
-the failure plan at run time; clients must never show ``admin_*`` tools to a
-model. The MCP endpoint is ``/mcp``; ``/healthz`` answers 200.
+``admin_set_failures`` (served only with ``RESERVATIONS_ADMIN=true``: tests
+and demos) replaces the failure plan at run time; clients must never show
+``admin_*`` tools to a model. The MCP endpoint is ``/mcp``; ``/healthz``
+answers 200. With ``RESERVATIONS_TOKEN`` set, every other request needs
+``Authorization: Bearer <token>`` and gets 401 without it (the write tools
+would otherwise book for anyone who can reach the port, past the brain's
+confirmation).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 from collections.abc import Callable
@@ -24,10 +29,11 @@ from typing import Annotated, Any
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.reservations.failures import FailurePlan, parse_plan
 from services.reservations.store import InvalidRequest, SlotTaken, Store
@@ -45,7 +51,9 @@ class ReservationsSettings(BaseSettings):
     port: int = 8090  # 0 picks a free port; the READY line says which
     db: str = "~/.cache/voicebot/reservations.sqlite3"  # or :memory:
     failures: str = ""  # a failure plan (JSON), see services/reservations/failures.py
-    admin: bool = True  # serve admin_set_failures (tests, demos)
+    admin: bool = False  # serve admin_set_failures (tests, demos only)
+    # Required as "Authorization: Bearer <token>" on every request but /healthz; empty = open.
+    token: SecretStr = SecretStr("")
     today: date | None = None  # pin the calendar (tests, demos); default: the real date
     log_level: str = "INFO"
     log_json: bool = True
@@ -169,6 +177,28 @@ def _add_admin_tools(server: MCPServer, service: Reservations) -> None:
         return _ok({"pending": service.plan.pending()})
 
 
+class BearerAuth:
+    """ASGI middleware: 401 for any HTTP request without the bearer token, except /healthz."""
+
+    OPEN_PATHS = frozenset({"/healthz"})
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS or self._authorized(scope):
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse({"error": "unauthorized", "message": "a valid bearer token is required"},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+        return hmac.compare_digest(given, self._expected)
+
+
 def _clock(today: date | None) -> Callable[[], datetime]:
     if today is None:
         return datetime.now
@@ -179,7 +209,11 @@ def _clock(today: date | None) -> Callable[[], datetime]:
 async def serve(settings: ReservationsSettings) -> None:
     store = Store(settings.db, _clock(settings.today))
     service = Reservations(store, FailurePlan(parse_plan(settings.failures)))
-    app = build_server(service, settings.admin).streamable_http_app(host=settings.host)
+    app: ASGIApp = build_server(service, settings.admin).streamable_http_app(host=settings.host)
+    token = settings.token.get_secret_value()
+    if token:
+        app = BearerAuth(app, token)
+    log.info("access", extra={"admin_tools": settings.admin, "bearer_token": bool(token)})
     # A graceful-shutdown bound: an injected 30 s "timeout" must not hold a SIGTERM that long.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
                             access_log=False, lifespan="on", timeout_graceful_shutdown=3)

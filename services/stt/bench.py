@@ -42,10 +42,10 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import grpc
 import numpy as np
 
 from voicebot.common.audio import float_to_pcm16, pcm16_to_float, read_wav, resample
+from voicebot.common.internal_auth import internal_channel
 from voicebot.common.stats import percentile
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
@@ -231,7 +231,7 @@ def score(clip: Clip, stream_no: int, arrivals: list) -> Result:
 
 async def run_level(addr: str, clips: list[Clip], streams: int, language: str,
                     interim: bool = True) -> list[Result]:
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with internal_channel(addr) as channel:
         stub = stt_pb2_grpc.SpeechToTextStub(channel)
 
         async def one_stream(n: int) -> list[Result]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 
+from voicebot.common.internal_auth import internal_channel
 from voicebot.common.stats import percentile
 from voicebot.devstack import ROOT, Stack
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
@@ -60,7 +61,7 @@ async def one_call(stub, deltas: list[str]) -> tuple[float, float]:
 
 async def rounds(addr: str, concurrency: int, count: int, deltas_for) -> dict[str, float]:
     ttfas, rtfs = [], []
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with internal_channel(addr) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
         await one_call(stub, ["Warm up, please."])
         for index in range(count):

@@ -16,11 +16,12 @@ renders the pause it would have made, and short sentences stay whole.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,47 @@ Phrase = Sequence[str]
 _PAUSES = {",", ";", ":"}
 # The shortest first piece of a reply's first sentence ("Sure," is five phonemes).
 FIRST_PHRASE_MIN_PHONEMES = 4
+
+
+class RenderStopped(Exception):
+    """A render was given up because its call ended (RenderStop was set)."""
+
+
+class RenderStop:
+    """Set from the event loop when a call ends; a render on a worker thread sees it.
+
+    A render that has not started is skipped; a running one is stopped where the engine can
+    (piper: ONNX Runtime's ``RunOptions.terminate``, checked between graph nodes, which ends a
+    multi-second render within milliseconds). Without it a cancelled call kept one worker
+    busy until its phrase was done, delaying every other call's audio.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set = False
+        self._hooks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        with self._lock:
+            self._set, hooks, self._hooks = True, self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def on_set(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Run ``hook`` when set (now, if it already is); returns a function that unregisters it."""
+        with self._lock:
+            if not self._set:
+                self._hooks.append(hook)
+                return lambda: self._discard(hook)
+        hook()
+        return lambda: None
+
+    def _discard(self, hook: Callable[[], None]) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._hooks.remove(hook)
 
 
 class TtsEngine(ABC):
@@ -42,8 +84,9 @@ class TtsEngine(ABC):
         listener is waiting for this one (a reply's first sentence), so start small."""
 
     @abstractmethod
-    def render(self, phrase: Phrase) -> np.ndarray:
-        """Raw float32 audio at ``sample_rate`` (not normalised)."""
+    def render(self, phrase: Phrase, stop: RenderStop | None = None) -> np.ndarray:
+        """Raw float32 audio at ``sample_rate`` (not normalised); RenderStopped when ``stop``
+        is set before or (where the engine can stop) during the render."""
 
     def synthesize(self, text: str) -> Iterator[np.ndarray]:
         """Peak-normalised audio of ``text``, phrase by phrase (for callers outside the server)."""
@@ -116,7 +159,8 @@ class PiperEngine(TtsEngine):
         session = onnxruntime.InferenceSession(str(model_path), sess_options=options,
                                                providers=["CPUExecutionProvider"])
         config = PiperConfig.from_dict(json.loads(Path(config_path).read_text(encoding="utf-8")))
-        self._voice = PiperVoice(config=config, session=session)
+        self._session = _StoppableSession(session)
+        self._voice = PiperVoice(config=config, session=self._session)
         self._syn = SynthesisConfig()
         self.sample_rate = config.sample_rate
         self.min_phrase_phonemes = min_phrase_phonemes
@@ -133,9 +177,47 @@ class PiperEngine(TtsEngine):
             phrases += split_phonemes(phonemes, self.min_phrase_phonemes, first_min)
         return phrases
 
-    def render(self, phrase: Phrase) -> np.ndarray:
+    def render(self, phrase: Phrase, stop: RenderStop | None = None) -> np.ndarray:
+        import onnxruntime
+
         ids = self._voice.phonemes_to_ids(list(phrase))
-        return np.asarray(self._voice.phoneme_ids_to_audio(ids, self._syn), np.float32)
+        options = onnxruntime.RunOptions()
+        unregister = stop.on_set(lambda: setattr(options, "terminate", True)) if stop else (lambda: None)
+        try:
+            if options.terminate:
+                raise RenderStopped("stopped before the render")
+            with self._session.options(options):
+                audio = self._voice.phoneme_ids_to_audio(ids, self._syn)
+        except Exception as exc:
+            if stop is not None and stop.is_set():
+                raise RenderStopped("stopped during the render") from exc
+            raise
+        finally:
+            unregister()
+        return np.asarray(audio, np.float32)
+
+
+class _StoppableSession:
+    """The ONNX session piper calls as ``session.run(None, inputs)``, with the RunOptions of the
+    render on the calling thread added (piper has no way to pass them)."""
+
+    def __init__(self, session) -> None:
+        self._session = session
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def options(self, options) -> Iterator[None]:
+        self._local.options = options
+        try:
+            yield
+        finally:
+            self._local.options = None
+
+    def run(self, output_names, inputs):
+        return self._session.run(output_names, inputs, run_options=getattr(self._local, "options", None))
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
 
 
 def default_threads(workers: int) -> int:

@@ -6,6 +6,8 @@ SYNTH_SECONDS = Histogram(
     "voicebot_tts_synthesis_seconds", "Piper render time per phrase", buckets=LATENCY_BUCKETS
 )
 PHRASES = Counter("voicebot_tts_phrases_total", "Phrases rendered (a sentence is one or more phrases)")
+RENDERS_STOPPED = Counter("voicebot_tts_renders_stopped_total",
+                          "Phrase renders given up (skipped or stopped mid-render) because their call ended")
 FIRST_AUDIO_SECONDS = Histogram(
     "voicebot_tts_first_audio_seconds",
     "From a sentence being complete to its first audio chunk",

@@ -7,8 +7,9 @@ call's first phrase queue behind every phrase other calls asked for; here it
 waits only for the renders already running (at most one per worker).
 
 Cancelling the awaiting coroutine cancels a job that has not started; one
-that is running finishes its phrase (an ONNX run cannot be interrupted) and
-its result is dropped.
+that is running is the job's to stop (the TTS server sets its call's
+``RenderStop``, which terminates the ONNX run) or to finish, and its result
+is dropped.
 """
 
 from __future__ import annotations

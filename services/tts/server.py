@@ -5,9 +5,15 @@ queued at once, so synthesis starts while more text is still arriving. A
 sentence is normalised for the ear, split into phrases, and each phrase is
 rendered as its own job in the shared ``DeadlinePool``; its audio leaves in
 chunks of at most ``chunk_ms`` as soon as it exists, resampled (soxr,
-streaming within the sentence) to the rate the caller asked for. Cancelling
-the call stops the work between phrases. A sentence that fails is reported
-in an error event and the stream goes on with the next.
+streaming within the sentence) to the rate the caller asked for. A sentence
+that fails is reported in an error event and the stream goes on with the next.
+
+When the call ends (cancelled, deadline, client gone) its ``RenderStop`` is
+set at once from gRPC's done callback: the queued phrase is dropped and the
+one rendering is stopped mid-render (ONNX terminate), so a cancelled reply
+costs no more synthesis. The handler writes with ``context.write`` rather
+than yielding: a cancel then always lands inside it and its cleanup runs at
+once (a suspended generator would be closed only when garbage-collected).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -25,11 +31,20 @@ import numpy as np
 from opentelemetry.trace import SpanKind
 
 from services.tts.config import TtsSettings
-from services.tts.engine import Leveller, PiperEngine, TtsEngine, default_threads, packaged_voice
+from services.tts.engine import (
+    Leveller,
+    PiperEngine,
+    RenderStop,
+    RenderStopped,
+    TtsEngine,
+    default_threads,
+    packaged_voice,
+)
 from services.tts.metrics import (
     ACTIVE_STREAMS,
     FIRST_AUDIO_SECONDS,
     PHRASES,
+    RENDERS_STOPPED,
     SENTENCE_ERRORS,
     SYNTH_SECONDS,
 )
@@ -54,6 +69,7 @@ class Stream:
 
     rate: int
     language: str
+    stop: RenderStop = field(default_factory=RenderStop)
     first_audio_at: float | None = None
     audio_s: float = 0.0
     sentences: int = 0
@@ -90,6 +106,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 f"voice {first.config.voice!r} is not loaded; this server has 'default'",
             )
         stream = Stream(rate, (first.config.language or "en").lower())
+        context.add_done_callback(lambda _context: stream.stop.set())
         sentences: asyncio.Queue = asyncio.Queue()
         ACTIVE_STREAMS.inc()
         span = TRACER.start_span("tts.synthesize", context=incoming_context(context.invocation_metadata()),
@@ -102,18 +119,20 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             while (item := await sentences.get()) is not _DONE:
                 if isinstance(item, str):
                     spoken += 1
-                    async for event in self._speak(stream, item):
-                        if not first_audio and event.HasField("audio"):
-                            first_audio = True
-                            span.set_attribute("voicebot.tts.first_audio_ms",
-                                               round((time.perf_counter() - started) * 1000))
-                        yield event
+                    async with contextlib.aclosing(self._speak(stream, item)) as events:
+                        async for event in events:
+                            if not first_audio and event.HasField("audio"):
+                                first_audio = True
+                                span.set_attribute("voicebot.tts.first_audio_ms",
+                                                   round((time.perf_counter() - started) * 1000))
+                            await context.write(event)
                 else:
-                    yield item
+                    await context.write(item)
         finally:
+            stream.stop.set()  # the call is over: nothing more is rendered for it
             span.set_attribute("voicebot.tts.sentences", spoken)
             span.end()
-            # Also reached when the caller cancels: no phrase is submitted after this.
+            # Also reached at once when the caller cancels: no phrase is submitted after this.
             ACTIVE_STREAMS.dec()
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -157,6 +176,8 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 for chunk in self._chunks(audio, stream.rate):
                     yield tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
                         pcm16=chunk, sample_rate=stream.rate, sentence_index=index))
+        except RenderStopped:
+            return  # the call ended: nobody to tell
         except Exception as exc:  # noqa: BLE001 - one bad sentence must not end the reply
             SENTENCE_ERRORS.inc()
             log.warning("sentence failed", extra={"index": index, "error": repr(exc)})
@@ -173,7 +194,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         level = Leveller()
         resampler = StreamResampler(self.engine.sample_rate, stream.rate)
         for number, phrase in enumerate(phrases):
-            raw = await self.pool.run(stream.deadline(), self._render, phrase)
+            raw = await self.pool.run(stream.deadline(), self._render, phrase, stream.stop)
             last = number == len(phrases) - 1
             audio = resampler.process(level(raw), last=last)
             if stream.first_audio_at is None:
@@ -182,9 +203,13 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             if len(audio):
                 yield audio
 
-    def _render(self, phrase) -> np.ndarray:
+    def _render(self, phrase, stop: RenderStop) -> np.ndarray:
         started = time.perf_counter()
-        audio = self.engine.render(phrase)
+        try:
+            audio = self.engine.render(phrase, stop)
+        except RenderStopped:
+            RENDERS_STOPPED.inc()
+            raise
         SYNTH_SECONDS.observe(time.perf_counter() - started)
         PHRASES.inc()
         return audio

@@ -26,8 +26,9 @@ PHONE = "+44 7700 900123"
 
 
 def server_env(port: int = 0, db: str = ":memory:") -> dict[str, str]:
+    # Admin tools (failure injection) are off unless turned on: these tests need them.
     return {"RESERVATIONS_PORT": str(port), "RESERVATIONS_DB": db, "RESERVATIONS_TODAY": TODAY,
-            "RESERVATIONS_LOG_LEVEL": "WARNING"}
+            "RESERVATIONS_LOG_LEVEL": "WARNING", "RESERVATIONS_ADMIN": "true"}
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from tests.audio import silence, speech
 from tests.fakes.engines import FakeSttEngine, GatedSttEngine
 from tests.stt_client import RecognizeCall, kinds, per_utterance, recognize
 from voicebot.common.grpc_server import start_server
+from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -105,7 +106,7 @@ async def test_stream_ending_mid_speech_still_gives_a_final(fake_stt):
 async def test_garbage_audio_does_not_crash_the_service(fake_stt):
     addr, _ = await fake_stt()
     rng = np.random.default_rng(1)
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with internal_channel(addr) as channel:
         stub = stt_pb2_grpc.SpeechToTextStub(channel)
 
         async def requests():
@@ -135,7 +136,7 @@ async def test_unsupported_config_is_invalid_argument(fake_stt, config, message)
 
 async def config_error(addr: str, config: stt_pb2.RecognitionConfig) -> grpc.aio.AioRpcError:
     """Send only a config; return the error the call ends with."""
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with internal_channel(addr) as channel:
         stub = stt_pb2_grpc.SpeechToTextStub(channel)
 
         async def requests():
@@ -148,7 +149,7 @@ async def config_error(addr: str, config: stt_pb2.RecognitionConfig) -> grpc.aio
 
 async def test_audio_before_config_is_invalid_argument(fake_stt):
     addr, _ = await fake_stt()
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with internal_channel(addr) as channel:
         stub = stt_pb2_grpc.SpeechToTextStub(channel)
 
         async def requests():

@@ -6,6 +6,7 @@ Every service subclasses ``ServiceSettings`` with its own ``env_prefix``
 
 from __future__ import annotations
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -22,3 +23,20 @@ class ServiceSettings(BaseSettings):
     log_json: bool = True
     # On SIGTERM, in-flight streams get this long to finish before they are cut.
     drain_seconds: float = 10.0
+
+
+class SharedSettings(BaseSettings):
+    """VOICEBOT_* variables: one value for the whole deployment, read by every service.
+
+    ``internal_token`` is the credential every internal gRPC call carries
+    (``authorization: Bearer …``); a service refuses to start without one unless
+    ``internal_auth`` is explicitly false (a dev box where nothing else can connect).
+    ``redis_password`` is the password of the Redis every service shares (a
+    password in a ``*_REDIS_URL`` takes precedence).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="VOICEBOT_", extra="ignore")
+
+    internal_token: SecretStr = SecretStr("")
+    internal_auth: bool = True
+    redis_password: SecretStr = SecretStr("")

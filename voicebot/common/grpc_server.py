@@ -4,6 +4,10 @@ It adds the standard health service and server reflection, starts the
 Prometheus /metrics port, and on SIGTERM/SIGINT drains: health turns
 NOT_SERVING (load balancers stop sending), new calls are refused, and
 in-flight streams get ``drain_seconds`` to finish before they are cut.
+
+Every call except the health checks must carry the internal token
+(``voicebot.common.internal_auth``); others get UNAUTHENTICATED before any
+servicer code runs.
 """
 
 from __future__ import annotations
@@ -20,12 +24,42 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from voicebot.common.config import ServiceSettings
+from voicebot.common.internal_auth import OPEN_METHODS, InternalAuthError, internal_token, is_authorized
 
 log = logging.getLogger(__name__)
 
 # Large enough for a few seconds of 48 kHz audio in one message, small enough
 # that a hostile client cannot make us allocate much.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class InternalTokenInterceptor(grpc.aio.ServerInterceptor):
+    """UNAUTHENTICATED for every call without the internal token, except the open health checks.
+
+    Unknown methods are refused the same way, so a caller without the token cannot even
+    learn which methods exist.
+    """
+
+    def __init__(self, token: str, open_methods: frozenset[str] = OPEN_METHODS) -> None:
+        self._token = token
+        self._open = open_methods
+        self._deny = grpc.stream_stream_rpc_method_handler(self._refuse)
+
+    async def intercept_service(self, continuation, handler_call_details):
+        if handler_call_details.method in self._open or is_authorized(
+                handler_call_details.invocation_metadata, self._token):
+            return await continuation(handler_call_details)
+        log.warning("unauthenticated call refused", extra={"method": handler_call_details.method})
+        return self._deny
+
+    @staticmethod
+    async def _refuse(_requests, context: grpc.aio.ServicerContext) -> None:
+        # Raw bytes in (no deserializer): nothing the caller sent is parsed.
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid internal token")
+
+
+def server_interceptors(token: str | None) -> list[grpc.aio.ServerInterceptor]:
+    return [InternalTokenInterceptor(token)] if token else []
 
 
 @dataclass
@@ -55,7 +89,10 @@ async def start_server(
     register: Callable[[grpc.aio.Server], list[str]],
 ) -> RunningServer:
     """Build, bind and start the server; ``register`` adds servicers and returns their full names."""
+    # Read before anything binds: a missing token stops the service at start (InternalAuthError).
+    token = internal_token()
     server = grpc.aio.server(
+        interceptors=server_interceptors(token),
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -88,7 +125,10 @@ async def serve_forever(
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT, then drain gracefully. Prints one READY line for launchers."""
-    running = await start_server(settings, register)
+    try:
+        running = await start_server(settings, register)
+    except InternalAuthError as exc:
+        raise SystemExit(f"{service}: {exc}") from None
     log.info(
         "serving",
         extra={"grpc_port": running.port, "metrics_port": running.metrics_port},
