@@ -8,7 +8,8 @@ import yaml
 
 from tests.deploy.support import COMPOSE_FILE, ROOT, Compose, find_tool, read_env_file, run
 
-VARIABLES = {"GATEWAY_TOKENS": "tok-test=test-user"}
+VARIABLES = {"GATEWAY_TOKENS": "tok-test=test-user", "VOICEBOT_INTERNAL_TOKEN": "internal-token-for-tests",
+             "VOICEBOT_REDIS_PASSWORD": "redis-password-for-tests"}
 
 
 def test_compose_file_validates_against_the_compose_spec():

@@ -16,7 +16,11 @@ import pytest
 
 from tests.deploy.support import ROOT, Compose, container_ports, read_env_file, seconds
 
-VARIABLES = {"GATEWAY_TOKENS": "tok-test=test-user"}  # what a user puts in .env
+# What a user puts in .env: the secrets compose requires.
+VARIABLES = {"GATEWAY_TOKENS": "tok-test=test-user", "VOICEBOT_INTERNAL_TOKEN": "internal-token-for-tests",
+             "VOICEBOT_REDIS_PASSWORD": "redis-password-for-tests"}
+# Secrets: in Kubernetes from a Secret, in compose from .env.
+SECRET_VARS = set(VARIABLES)
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 # OpenTelemetry SDK variables (standard names, read by the SDK, not by our settings).
 OTEL_VARS = {"OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT"}
@@ -60,9 +64,17 @@ def settings_class(svc: Svc):
 
 
 def settings_vars(svc: Svc) -> tuple[str, set[str]]:
+    """The service's prefix and every variable it reads: its own settings and the shared VOICEBOT_ ones."""
     cls = settings_class(svc)
     prefix = cls.model_config.get("env_prefix", "")
-    return prefix, {prefix + name.upper() for name in cls.model_fields}
+    return prefix, {prefix + name.upper() for name in cls.model_fields} | shared_vars()
+
+
+def shared_vars() -> set[str]:
+    from voicebot.common.config import SharedSettings
+
+    prefix = SharedSettings.model_config["env_prefix"]
+    return {prefix + name.upper() for name in SharedSettings.model_fields}
 
 
 def llm_vars() -> set[str]:
@@ -196,19 +208,21 @@ def test_compose_sets_the_same_environment_as_kubernetes(rendered, overlay, prof
             compose_env = compose.env(service)
             for key in COMPOSE_ONLY:
                 compose_env.pop(key, None)
-            if name == "gateway":
-                assert k8s_env.pop("GATEWAY_TOKENS") == "<secret>"
-                assert compose_env.pop("GATEWAY_TOKENS") == VARIABLES["GATEWAY_TOKENS"]
+            for key in SECRET_VARS & set(k8s_env):
+                assert k8s_env.pop(key) == "<secret>", f"{name}: {key}"
+                assert compose_env.pop(key) == VARIABLES[key], f"{name}: {key}"
             assert compose_env == k8s_env, f"{overlay}/{name} vs compose {service}"
         assert compose.services[service]["image"] == c["image"], f"{name}: image"
     redis = r.container("redis")
     assert compose.services["redis"]["image"] == redis["image"]
-    assert compose.services["redis"]["command"] == redis["args"]
+    # "$$" is compose's escape for a "$" the container's shell expands.
+    assert [arg.replace("$$", "$") for arg in compose.services["redis"]["command"]] == redis["args"]
 
 
-def test_compose_requires_the_gateway_tokens():
-    with pytest.raises(KeyError, match="GATEWAY_TOKENS"):
-        Compose.load({}).env("gateway")
+@pytest.mark.parametrize("missing", sorted(SECRET_VARS))
+def test_compose_requires_each_secret(missing):
+    with pytest.raises(KeyError, match=missing):
+        Compose.load({k: v for k, v in VARIABLES.items() if k != missing}).env("gateway")
 
 
 @pytest.mark.parametrize(("overlay", "profiles"), PAIRS)

@@ -279,6 +279,37 @@ def test_gateway_tokens_come_from_a_secret(rendered):
             assert "GATEWAY_TOKENS" not in cm.get("data", {}), name
 
 
+def test_internal_token_and_redis_password_come_from_secrets(rendered):
+    for name, r in rendered.items():
+        for service in ("gateway", "stt", "brain", "tts"):
+            assert r.env(service)["VOICEBOT_INTERNAL_TOKEN"] == "<secret>", f"{name}/{service}"
+        for service in ("gateway", "brain"):
+            assert r.env(service)["VOICEBOT_REDIS_PASSWORD"] == "<secret>", f"{name}/{service}"
+        secrets = (("internal-auth", "VOICEBOT_INTERNAL_TOKEN"), ("redis-auth", "VOICEBOT_REDIS_PASSWORD"))
+        for secret, key in secrets:
+            found = next(s for s in r.of_kind("Secret") if s["metadata"]["name"].startswith(secret))
+            assert found["data"][key] == "", f"{name}: the base ships no {key}: operators set their own"
+        for cm in r.of_kind("ConfigMap"):
+            assert not {"VOICEBOT_INTERNAL_TOKEN", "VOICEBOT_REDIS_PASSWORD"} & set(cm.get("data", {})), name
+
+
+def test_redis_is_durable_and_requires_its_password(rendered):
+    for name, r in rendered.items():
+        redis = r.container("redis")
+        env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in redis["env"]}
+        assert env["VOICEBOT_REDIS_PASSWORD"]["name"].startswith("redis-auth")
+        assert env["REDISCLI_AUTH"] == env["VOICEBOT_REDIS_PASSWORD"]  # the probe authenticates
+        script = redis["args"][-1]
+        assert script.startswith('test -n "$VOICEBOT_REDIS_PASSWORD" || {')  # no password: no start
+        for part in ('--requirepass "$VOICEBOT_REDIS_PASSWORD"', "--appendonly yes", "--appendfsync everysec",
+                     "--dir /data"):
+            assert part in script, f"{name}: {part}"
+        sts = r.get("StatefulSet", "redis")
+        assert {m["mountPath"]: m["name"] for m in redis["volumeMounts"]}["/data"] == "data"
+        [claim] = sts["spec"]["volumeClaimTemplates"]
+        assert claim["metadata"]["name"] == "data", name
+
+
 def test_only_the_gateway_is_exposed(rendered):
     for name, r in rendered.items():
         for svc in r.of_kind("Service"):
