@@ -11,8 +11,10 @@ $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 setup: $(VENV)/.installed
 
 ## Start the whole stack locally (redis, llama.cpp server, STT, brain, TTS, gateway).
+## PROFILE picks the business: restaurant (default), clinic, or a path to a profile YAML.
+PROFILE ?= restaurant
 run: setup
-	$(PY) -m voicebot.devstack
+	PROFILE=$(PROFILE) $(PY) -m voicebot.devstack
 
 ## Run the test suite (unit, integration, end-to-end with real models).
 test: setup

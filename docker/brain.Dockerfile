@@ -18,6 +18,8 @@ FROM python:3.11.11-slim-bookworm
 RUN groupadd --system --gid 10001 voicebot \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent voicebot
 COPY --from=build /opt/venv /opt/venv
+# The shipped agent profiles; BRAIN_PROFILE=/opt/voicebot/profiles/restaurant.yaml picks one.
+COPY profiles /opt/voicebot/profiles
 COPY docker/healthcheck.py docker/wait_idle.py /opt/voicebot/bin/
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -404,30 +405,54 @@ def start_brain_and_gateway(stack: Stack, *, redis_url: str, llm_base_url: str, 
     return brain, gateway
 
 
-def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
-                   ports: dict[str, int], guard_llm_url: str = "",
-                   reservations_token: str = "") -> dict[str, Proc]:
-    """STT, TTS, the reservation demo's MCP server, brain and gateway: what `make run` serves.
+def start_mcp_servers(stack: Stack, profile: str, env: dict[str, str] | None = None,
+                      fixed_ports: bool = False) -> tuple[dict[str, Proc], dict[str, str]]:
+    """The local MCP servers a profile names under ``launch``, each with a fresh bearer token,
+    and the brain's environment that points the profile at them (BRAIN_PROFILE included)."""
+    import yaml
 
-    ``reservations_token``: the MCP server then answers only ``Authorization: Bearer <token>``;
-    the brain gets the same value as RESERVATIONS_TOKEN (its profile sends the header).
+    from services.brain.profile import load_profile, resolve_path
+
+    load_profile(profile)  # a bad profile fails here, with the field named
+    raw = yaml.safe_load(resolve_path(profile).read_text())
+    procs: dict[str, Proc] = {}
+    brain_env = {"BRAIN_PROFILE": profile}
+    for server in raw.get("mcp_servers") or []:
+        launch = server.get("launch")
+        if not launch:
+            continue  # run by the deployment itself
+        prefix = launch["env_prefix"]
+        token_env = server.get("auth_token_env")
+        token = os.environ.get(token_env or "", "") or secrets.token_urlsafe(16)
+        port = launch.get("port", 0) if fixed_ports else 0
+        proc = stack.start_service(server["name"], launch["module"], {
+            **(env or {}), f"{prefix}_PORT": str(port), f"{prefix}_TOKEN": token})
+        procs[server["name"]] = proc
+        url_var = re.match(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)", server["url"])
+        if url_var:
+            brain_env[url_var[1]] = f"http://127.0.0.1:{proc.ready['http']}/mcp"
+        if token_env:
+            brain_env[token_env] = token
+    return procs, brain_env
+
+
+def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
+                   ports: dict[str, int], guard_llm_url: str = "", profile: str = "restaurant",
+                   fixed_ports: bool = True) -> dict[str, Proc]:
+    """STT, TTS, the profile's MCP servers, brain and gateway: what `make run` serves.
+
+    Each MCP server answers only ``Authorization: Bearer <token>`` with a token made here
+    (or taken from the profile's token variable); the brain gets the same value.
     """
     env = {"LOG_JSON": "true"}
     stt, tts = start_speech(stack, ports, env)
-    # The reservation demo's backend: an MCP server the brain takes its tools from.
-    # Its admin tools (failure injection) stay off: RESERVATIONS_ADMIN defaults to false.
-    auth = {"RESERVATIONS_TOKEN": reservations_token} if reservations_token else {}
-    reservations = stack.start_service("reservations", "services.reservations.server", {
-        **env, **auth, "RESERVATIONS_PORT": str(ports.get("reservations", 0)),
-    })
+    # The business's backends: MCP servers the brain takes its tools from. Their admin
+    # tools (failure injection) stay off.
+    servers, profile_env = start_mcp_servers(stack, profile, env, fixed_ports)
     brain, gateway = start_brain_and_gateway(
         stack, redis_url=redis_url, llm_base_url=llm_base_url, tokens=tokens, stt=stt, tts=tts,
-        ports=ports, env=env, brain_env={
-            **auth,
-            "BRAIN_RESERVATIONS_URL": f"http://127.0.0.1:{reservations.ready['http']}/mcp",
-            "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url,
-        })
-    return {"stt": stt, "tts": tts, "reservations": reservations, "brain": brain, "gateway": gateway}
+        ports=ports, env=env, brain_env={**profile_env, "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url})
+    return {"stt": stt, "tts": tts, **servers, "brain": brain, "gateway": gateway}
 
 
 def ensure_redis_server() -> None:
@@ -466,7 +491,9 @@ def main() -> int:
     token = os.environ.get("VOICEBOT_DEV_TOKEN") or secrets.token_urlsafe(16)
     tokens = os.environ.get("GATEWAY_TOKENS") or f"{token}=dev-user"
     gateway_port = int(os.environ.get("GATEWAY_PORT", "8080"))
+    profile = os.environ.get("PROFILE") or os.environ.get("BRAIN_PROFILE") or "restaurant"
     try:
+        stack.say(f"profile: {profile}")
         redis_url = os.environ.get("REDIS_URL") or local_redis(stack)
         llm_url = os.environ.get("BRAIN_LLM_BASE_URL")
         guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
@@ -477,23 +504,21 @@ def main() -> int:
             if not guard_url:
                 guard_url = start_guard_llm(stack, int(os.environ.get("LLM_GUARD_PORT", "8001")))
         start_voicebot(stack, redis_url=redis_url, llm_base_url=llm_url, tokens=tokens,
-                       guard_llm_url=guard_url, reservations_token=os.environ.get("RESERVATIONS_TOKEN", ""),
-                       ports={
+                       guard_llm_url=guard_url, profile=profile, ports={
             "stt": int(os.environ.get("STT_PORT", "50051")),
             "brain": int(os.environ.get("BRAIN_PORT", "50052")),
             "tts": int(os.environ.get("TTS_PORT", "50053")),
             "gateway": gateway_port,
-            "reservations": int(os.environ.get("RESERVATIONS_PORT", "8090")),
             "stt_metrics": 9101, "brain_metrics": 9102, "tts_metrics": 9103,
         })
-    except (StartupError, OSError) as exc:
+    except (StartupError, OSError, ValueError) as exc:  # ValueError: a bad profile
         print(f"\nstartup failed: {exc}", file=sys.stderr)
         stack.stop()
         return 1
     dev_token = tokens.split(",")[0].split("=")[0]
     url_option = "" if gateway_port == 8080 else f" --url ws://127.0.0.1:{gateway_port}/v1/call"
     print(f"""
-voicebot is running.
+voicebot is running (profile {profile}).
   Browser:  http://127.0.0.1:{gateway_port}/?token={dev_token}
   CLI:      .venv/bin/voicebot call my.wav --token {dev_token} --out reply.wav{url_option}
   Token:    {dev_token}   (user dev-user; set GATEWAY_TOKENS=TOKEN=USER to choose your own)

@@ -1,46 +1,65 @@
 """The agent loop: one turn in, a streamed reply out.
 
 Per turn:
-1. The topic guard starts together with the main loop. Until it passes, the
-   loop may think but its text is held back and its tools wait; if it blocks,
-   the loop is cancelled, nothing is stored and a fixed sentence is spoken.
-2. The main loop calls the LLM with the context in a fixed order (see
-   context.py), streams speakable text, and runs the tools the model asked
-   for (structured calls, or calls written as text), read-only ones at once.
-3. Code stops the loop: caps on LLM calls, tokens, wall time, and a repeated
+1. The topic guard starts together with the turn (unless the caller's words are
+   a short dialogue act inside an ongoing task: a yes, a no, a number, a name).
+   Until it passes, text is held back and tools wait; if it blocks, the turn is
+   cancelled, nothing is stored and a fixed sentence is spoken.
+2. The dialog policy decides first (policy.py): code answers, runs the pending
+   action the caller just confirmed, or lets the model answer with a note. A
+   domain hook may propose a write by rule before the model is asked.
+3. The model loop calls the LLM with the context in a fixed order (context.py),
+   streams speakable text, and runs read-only tools. A call to a write tool never
+   runs: it becomes the one pending action, the loop ends and code reads it back.
+4. Code stops the loop: caps on LLM calls, tokens, wall time, and a repeated
    identical call; then one last call without tools answers from what was found.
-4. Only a completed turn is written to history (a cancelled one stores
-   nothing), and every turn leaves a record of its LLM calls, tools and verdicts.
+5. Only a completed turn is written to history (a cancelled one stores nothing),
+   and every turn leaves a record of its LLM calls, tools and verdicts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.brain.actions import Actions, WriteOutcome
 from services.brain.config import BrainSettings
 from services.brain.context import build_messages
+from services.brain.dialog import (
+    CONFIRMATION_SCHEMA,
+    Decision,
+    confirmation_prompt,
+    handoff_summary,
+    is_clarification,
+    is_dialogue_act,
+)
 from services.brain.guard import GuardVerdict, TopicGuard
+from services.brain.hooks import DomainHooks, HookContext
 from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from services.brain.metrics import (
     GUARD_BLOCKS,
+    HANDOFFS,
     LLM_CALL_SECONDS,
     LLM_FALLBACKS,
     LLM_TOKENS,
     LLM_TTFT_SECONDS,
     LOOP_STOPS,
 )
-from services.brain.policy import DialogPolicy, model_view
+from services.brain.policy import Continue, Reply, RunPending, decide
+from services.brain.profile import Profile
 from services.brain.prompts import system_prompt
+from services.brain.references import References, UnknownReference
 from services.brain.session_store import SessionHistory, SessionStore, Turn
 from services.brain.spoken import SpokenTextCleaner
-from services.brain.toolcalls import StructuredCallAccumulator, TextToolCallFilter, ToolCall
-from services.brain.tools import Dispatcher, ToolContext, ToolRegistry, ToolResult
+from services.brain.state import SessionState
+from services.brain.toolcalls import StructuredCallAccumulator, TextToolCallFilter, ToolCall, new_call_id
+from services.brain.tools import Dispatcher, ToolContext, ToolKind, ToolRegistry, ToolResult
 from voicebot.common.telemetry import tracer
 from voicebot.v1 import brain_pb2
 
@@ -48,6 +67,7 @@ log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 _END = object()
 ANSWER_NOW = "Tools are no longer available this turn: answer the caller now from what you found."
+UNREACHABLE = ("unavailable", "timeout")
 
 
 @dataclass
@@ -70,11 +90,21 @@ class TurnRun:
     tokens: int = 0
     stop: str | None = None
     fallback: bool = False
+    note: str = ""  # for this turn's model calls only
+    proposed: bool = False  # a write became the pending action: code reads it back
+    unreachable: bool = False  # a tool server was down: code says it cannot check
     first_text_at: float | None = None
     record: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def state(self) -> SessionState:
+        return self.history.state
+
     def reply(self) -> str:
         return "".join(self.spoken).strip()
+
+    def last_turn(self) -> Turn | None:
+        return self.history.turns[-1] if self.history.turns else None
 
 
 class Agent:
@@ -88,19 +118,24 @@ class Agent:
         limits: LoopLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        profile: Profile | None = None,
+        hooks: DomainHooks | None = None,
     ) -> None:
         self.settings = settings
+        self.profile = profile or Profile()
+        self.sentences = self.profile.sentences
         self.chat = chat
         self.store = store
+        self.references = References(self.profile.references, self.profile.hidden_fields)
         self.tools = tools or ToolRegistry()
         self.dispatcher = Dispatcher(self.tools, sleep)
+        self.actions = Actions(self.dispatcher, self.references, self.sentences, store)
+        self.hooks = hooks or DomainHooks()
         self.guard = guard
         self.limits = limits or LoopLimits(settings.max_llm_calls, settings.max_turn_tokens,
                                            settings.max_turn_seconds)
         self.clock = clock
-        self.system = system_prompt(settings.bot_name, settings.domain,
-                                    frozenset(spec.name for spec in self.tools.specs()))
-        self.policy = DialogPolicy(self)
+        self.system = system_prompt(self.profile)
         self._background: set[asyncio.Task] = set()
 
     async def warm_up(self) -> None:
@@ -108,7 +143,7 @@ class Agent:
         guard's prompt once at start, so the first caller does not pay a cold prefill
         (seconds on a CPU); the LLM server's prompt cache keeps them."""
         started = time.perf_counter()
-        messages = build_messages(self.system, [], "Hello.", [], model_view({}))
+        messages = build_messages(self.system, [], "Hello.", [], SessionState().model_view())
         try:
             async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
                 pass
@@ -122,13 +157,20 @@ class Agent:
     # ---- the turn ------------------------------------------------------
     async def respond(self, request: brain_pb2.RespondRequest) -> AsyncIterator[brain_pb2.RespondEvent]:
         history = await self._load(request)
+        history.state.start_turn()
         turn = TurnRun(request, history, self.clock(), record={
             "turn_id": request.turn_id, "text": request.text, "llm_calls": [], "tools": []})
         events: asyncio.Queue = asyncio.Queue()
         passed = asyncio.Event()
-        guard = asyncio.create_task(self.guard.check(request.text)) if self.guard else None
-        if guard is None:
+        guard = None
+        if self.guard is not None and not self._skips_guard(turn):
+            previous = turn.last_turn()
+            context = previous.assistant if previous else ""
+            guard = asyncio.create_task(self.guard.check(request.text, context))
+        else:
             passed.set()
+            if self.guard is not None:
+                turn.record["guard"] = {"allowed": True, "reason": "dialogue act in an ongoing task"}
         main = asyncio.create_task(self._main(turn, passed, events))
         recorded = False
         try:
@@ -152,6 +194,14 @@ class Agent:
             if not recorded:
                 # Cancelled (barge-in) or failed: recorded in the background, the turn is gone.
                 self._background_record(turn, "cancelled")
+
+    def _skips_guard(self, turn: TurnRun) -> bool:
+        """Short dialogue acts inside an ongoing task are never screened (a bare "No." is not
+        off-topic when the bot just asked a question)."""
+        state, last = turn.state, turn.last_turn()
+        ongoing = state.pending is not None or bool(state.task) or (
+            last is not None and last.assistant.rstrip().endswith("?"))
+        return ongoing and is_dialogue_act(turn.request.text)
 
     async def _load(self, request: brain_pb2.RespondRequest) -> SessionHistory:
         previous = request.previous_reply
@@ -212,45 +262,157 @@ class Agent:
         GUARD_BLOCKS.inc()
         log.info("turn blocked by the topic guard", extra={"turn_id": turn.request.turn_id,
                                                            "reason": verdict.reason})
-        turn.record["reply"] = self.settings.blocked_text
+        turn.record["reply"] = self.sentences.blocked
         return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, blocked=brain_pb2.Blocked(
-            text=self.settings.blocked_text, reason="off_topic"))
+            text=self.sentences.blocked, reason="off_topic"))
 
     async def _finish(self, turn: TurnRun) -> brain_pb2.RespondEvent:
         request = turn.request
-        reply = turn.reply() or self.settings.fallback_text
+        reply = turn.reply() or self.sentences.fallback
         turn.record["reply"] = reply
+        turn.record["dialog_state"] = turn.state.mode.value
         # Reached only when the turn completed: nothing half-finished is stored.
-        state = turn.history.state
-        state.pop("note", None)  # a note is for this turn's model calls only
         stored = Turn(request.turn_id, request.text, reply, steps=turn.steps)
-        await self.store.append_turn(request.user_id, request.session_id, stored, state=state)
-        return brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
-            text=reply, dialog_state=state.get("dialog_state", "listen"), fallback=turn.fallback))
+        state = turn.state
 
-    # ---- the main loop -------------------------------------------------
+        def append(history: SessionHistory) -> None:
+            history.turns.append(stored)
+            history.state = state
+
+        await self.store.update(request.user_id, request.session_id, append)
+        return brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
+            text=reply, dialog_state=state.mode.value, fallback=turn.fallback))
+
+    # ---- what code decides -------------------------------------------------
     async def _main(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
         try:
-            if not await self.policy.before_loop(turn, passed, events):
-                await self._loop(turn, passed, events)
-                await self.policy.after_loop(turn, events)
+            await self._decide_and_answer(turn, passed, events)
             if not turn.reply():
-                await self._say(turn, events, self.settings.fallback_text)
+                await self._say(turn, events, self.sentences.fallback)
             await events.put(_END)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - re-raised in respond(), not swallowed
             await events.put(exc)
 
+    async def _decide_and_answer(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
+        decision = await decide(turn.state, turn.request.text, turn.request.turn_id, turn.last_turn(),
+                                self.sentences, self._classify)
+        turn.record["decision"] = type(decision).__name__
+        if isinstance(decision, Reply):
+            if decision.handoff:
+                await self.handoff(turn, events, decision.handoff, decision.text)
+            else:
+                await self.say(turn, events, decision.text)
+            return
+        if isinstance(decision, RunPending):
+            await passed.wait()  # no write before the topic guard has passed the turn
+            outcome = await self._execute(turn, decision)
+            if outcome.status != "refused":
+                if outcome.status == "unknown":
+                    await self.handoff(turn, events, "unknown_outcome", outcome.say)
+                else:
+                    await self.say(turn, events, outcome.say)
+                return
+            turn.note = outcome.note  # refused: the model tells the caller and looks for alternatives
+        else:
+            turn.note = decision.note
+            if await self._hook_proposes(turn, passed, events, decision):
+                return
+        await self._loop(turn, passed, events)
+        await self._after_loop(turn, events)
+
+    async def _execute(self, turn: TurnRun, decision: RunPending) -> WriteOutcome:
+        request, state = turn.request, turn.state
+        action = state.take_pending()
+        # The write finishes and is recorded even if the caller interrupts now (barge-in).
+        outcome = await asyncio.shield(self.actions.run(
+            state, action, request.user_id, request.session_id, request.turn_id,
+            self.tools.get(action.tool)))
+        turn.record["tools"].append({"name": action.tool, "confirmed": True, "action": action.action,
+                                     "outcome": outcome.result.outcome if outcome.result else outcome.status,
+                                     "attempts": outcome.result.attempts if outcome.result else 0})
+        return outcome
+
+    async def _hook_proposes(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue,
+                             decision: Continue) -> bool:
+        """A domain hook may carry a common path by rule; its proposal is read back like any other."""
+
+        async def read(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            await passed.wait()  # tools wait for the topic guard
+            [result] = await self.run_tools(turn, "", [ToolCall(new_call_id(), name, json.dumps(arguments))],
+                                            events, read_only=True)
+            turn.steps.append(result.message())
+            return json.loads(result.message()["content"])
+
+        ctx = HookContext(turn.request.text, turn.request.language or "en", turn.state.task,
+                          frozenset(spec.name for spec in self.tools.specs()), read, decision.correcting)
+        result = await self.hooks.before_model(ctx)
+        if turn.unreachable:  # the hook's lookup found the tool server down
+            await self.say(turn, events, self.sentences.tool_unavailable)
+            return True
+        if result is None:
+            return False
+        if result.note:
+            turn.note = " ".join(filter(None, [turn.note, result.note]))
+        if result.propose is None:
+            return False
+        await passed.wait()
+        name, arguments = result.propose
+        call = ToolCall(new_call_id(), name, json.dumps(arguments))
+        [proposal] = await self.run_tools(turn, "", [call], events)
+        turn.steps.append(proposal.message())
+        if turn.proposed:
+            await self.say(turn, events, self.actions.confirm_sentence(turn.state.pending))
+            return True
+        return False
+
+    async def _classify(self, read_back: str, reply: str) -> Decision:
+        """Structured-output call, only when the rules could not tell yes from no."""
+        parts: list[str] = []
+        try:
+            async for chunk in self.chat(confirmation_prompt(read_back, reply), max_tokens=20,
+                                         response_format={"type": "json_schema", "json_schema": {
+                                             "name": "confirmation", "schema": CONFIRMATION_SCHEMA}}):
+                parts.append(chunk.text)
+            return Decision(json.loads("".join(parts))["decision"])
+        except (LLMUnavailable, LLMRequestError, ValueError, KeyError, TypeError) as exc:
+            log.info("confirmation unclear", extra={"error": repr(exc)})
+            return Decision.UNCLEAR
+
+    async def _after_loop(self, turn: TurnRun, events: asyncio.Queue) -> None:
+        if turn.proposed:
+            await self.say(turn, events, self.actions.confirm_sentence(turn.state.pending))
+            return
+        if turn.unreachable:
+            await self.say(turn, events, self.sentences.tool_unavailable)
+            return
+        if turn.fallback:
+            return  # an LLM outage is not the caller's misunderstanding
+        if turn.state.understood(not is_clarification(turn.reply())) >= 2:
+            await self.handoff(turn, events, "not_understood")
+
+    async def handoff(self, turn: TurnRun, events: asyncio.Queue, reason: str, text: str = "") -> None:
+        state = turn.state
+        summary = handoff_summary(state, reason)
+        state.handed_off()
+        HANDOFFS.labels(reason).inc()
+        turn.record["handoff"] = {"reason": reason, "summary": summary}
+        await self.say(turn, events, text or self.sentences.handoff)
+        await events.put(brain_pb2.RespondEvent(turn_id=turn.request.turn_id, handoff=brain_pb2.Handoff(
+            reason=reason, summary=summary)))
+
+    # ---- the model loop -------------------------------------------------
     async def _loop(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
         for index in range(self.limits.max_llm_calls):
             last = index == self.limits.max_llm_calls - 1 or turn.stop is not None
             use_tools = len(self.tools) > 0 and not last
-            state = model_view(turn.history.state)
+            note = turn.note
             if not use_tools and turn.steps:
-                state["instruction"] = ANSWER_NOW
+                note = " ".join(filter(None, [note, ANSWER_NOW]))
             messages = build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
-                                      state, self.settings.recent_turns, self.settings.history_turns)
+                                      turn.state.model_view(note), self.settings.recent_turns,
+                                      self.settings.history_turns)
             outcome = await self._call_llm(turn, messages, use_tools, events)
             if outcome is None or not outcome[1] or last:
                 return
@@ -259,6 +421,8 @@ class Agent:
             await passed.wait()  # tools wait for the guard
             results = await self.run_tools(turn, text, calls, events)
             turn.steps += [r.message() for r in results]
+            if turn.proposed or turn.unreachable:
+                return  # code speaks next: the read-back, or "I can't check right now"
         if turn.stop is None:
             turn.stop = "llm_calls"
 
@@ -308,7 +472,7 @@ class Agent:
             LLM_FALLBACKS.inc()
             turn.fallback = True
             call_record["error"] = str(exc)
-            await self._say(turn, events, self.settings.fallback_text, new_part=True)
+            await self._say(turn, events, self.sentences.fallback, new_part=True)
             return None
         finally:
             LLM_CALL_SECONDS.observe(time.perf_counter() - started)
@@ -349,12 +513,12 @@ class Agent:
             LOOP_STOPS.labels(reason).inc()
             turn.record["stop"] = reason
 
-    async def run_tools(self, turn: TurnRun, text: str, calls: list[ToolCall],
-                         events: asyncio.Queue) -> list[ToolResult]:
+    async def run_tools(self, turn: TurnRun, text: str, calls: list[ToolCall], events: asyncio.Queue,
+                        read_only: bool = False) -> list[ToolResult]:
+        """Read-only calls run (concurrently); a write call becomes the pending action, never runs."""
         turn.steps.append({"role": "assistant", "content": text,
                            "tool_calls": [call.as_message() for call in calls]})
         request = turn.request
-        ctx = ToolContext(request.user_id, request.session_id, request.turn_id, turn.history.state)
         if turn.stop == "repeated_call":
             # Not run again; every call still gets a result, so history has no orphan call.
             results = [ToolResult(c, "refused", {"ok": False, "error": "repeated call; not run again"})
@@ -363,14 +527,41 @@ class Agent:
             for call in calls:
                 await events.put(brain_pb2.RespondEvent(turn_id=request.turn_id, tool=brain_pb2.ToolActivity(
                     tool=call.name, status="started")))
-            # Calls of one step run concurrently (the dispatcher refuses irreversible ones).
-            results = list(await asyncio.gather(*(self.dispatcher.execute(c, ctx) for c in calls)))
+            results = list(await asyncio.gather(*(self._one_tool(turn, call, read_only) for call in calls)))
         for result in results:
             turn.record["tools"].append({"name": result.call.name, "arguments": result.call.arguments,
                                          "outcome": result.outcome, "attempts": result.attempts})
             await events.put(brain_pb2.RespondEvent(turn_id=request.turn_id, tool=brain_pb2.ToolActivity(
                 tool=result.call.name, status=result.outcome)))
         return results
+
+    async def _one_tool(self, turn: TurnRun, call: ToolCall, read_only: bool) -> ToolResult:
+        checked = self.dispatcher.check(call)
+        if isinstance(checked, ToolResult):
+            return checked
+        tool, args = checked
+        state, request = turn.state, turn.request
+        try:
+            if tool.spec.kind is ToolKind.WRITE:
+                if read_only or turn.proposed:
+                    return ToolResult(call, "refused", {"ok": False, "error": (
+                        "one action at a time: the caller must confirm the first one")}, tool.spec.kind)
+                proposal = self.actions.propose(state, tool, call, args, request.turn_id)
+                turn.proposed = True
+                return proposal
+            resolved = self.references.resolve(args, state)
+        except UnknownReference as exc:
+            return ToolResult(call, "invalid", {"ok": False, "error": str(exc)}, tool.spec.kind)
+        ctx = ToolContext(request.user_id, request.session_id, request.turn_id, {})
+        result = await self.dispatcher.run(tool, call, resolved, ctx)
+        if result.outcome in UNREACHABLE:
+            turn.unreachable = True
+        if result.outcome == "succeeded":
+            value = result.content.get("result")
+            if tool.spec.only_known:
+                value = self.references.only_known(value, tool.spec.only_known, state)
+            result.content["result"] = self.references.present(value, state)
+        return result
 
     @staticmethod
     def _usage(turn: TurnRun, usage: dict[str, Any], call_record: dict[str, Any]) -> None:

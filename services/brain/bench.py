@@ -24,12 +24,14 @@ from pathlib import Path
 from services.brain.context import build_messages
 from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
+from services.brain.profile import load_profile
 from services.brain.prompts import system_prompt
 from services.brain.session_store import Turn
 from voicebot.common.stats import percentile
 from voicebot.devstack import Stack, free_port, main_llm_threads, start_guard_llm
 
-DOMAIN = "taking table reservations for a restaurant"
+PROFILE = load_profile("restaurant")
+DOMAIN = PROFILE.purpose
 HISTORY = [
     ("Hi, I'd like to book a table.", "Sure. For which day?"),
     ("Saturday evening.", "Saturday works. How many people?"),
@@ -63,7 +65,7 @@ def turn_messages(system: str, turns: int, question: str) -> list[dict]:
 
 async def measure(main: OpenAIChatClient, guard_same: TopicGuard, guard_own: TopicGuard | None,
                   rounds: int) -> dict[str, list[float]]:
-    system = system_prompt("Joe", DOMAIN)
+    system = system_prompt(PROFILE)
     results: dict[str, list[float]] = {"warm": [], "perturbed": [], "guard-same": [], "guard-own": []}
     for index in range(rounds):
         question = QUESTIONS[index % len(QUESTIONS)]

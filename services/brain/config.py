@@ -18,27 +18,28 @@ class BrainSettings(ServiceSettings):
     llm_api_key: str = "not-needed"
     llm_max_tokens: int = 120
     llm_temperature: float = 0.3
-    # Retries of connection errors and 5xx stay inside this deadline, then the
-    # person hears the fallback sentence.
-    llm_deadline_s: float = 8.0
+    # Connection errors, 5xx and 429 are retried inside this deadline, then the caller
+    # hears the fallback sentence; it bounds every attempt, not only the gaps between them.
+    llm_deadline_s: float = 1.5
+    # A slow first token is waited for this long, as long as the server still answers its
+    # health probe (a server that stops answering gives up after one probe timeout).
     llm_first_token_timeout_s: float = 20.0
-    fallback_text: str = "Sorry, I'm having trouble thinking right now. Could you say that again?"
-    blocked_text: str = "Sorry, I can only help with table reservations here."
+    llm_probe_after_s: float = 1.0
+    llm_probe_timeout_s: float = 0.5
     # Code-enforced caps per turn; when one hits, one last call without tools answers.
     max_llm_calls: int = 4
     max_turn_tokens: int = 600
     max_turn_seconds: float = 20.0
     # The topic guard: a short parallel classification call. Its own server URL
     # lets it use a second model instance so the main prompt's cache stays warm.
+    # The profile's guard settings apply unless this turns the guard off.
     guard_enabled: bool = True
     guard_llm_base_url: str = ""
-    guard_timeout_s: float = 4.0
-    # The reservation demo's backend, an MCP server (streamable HTTP), e.g.
-    # http://127.0.0.1:8090/mcp. Empty: the bot runs without tools.
-    reservations_url: str = ""
-    # When day, time, party size and name are all known, code proposes the booking (the
-    # model still writes every other reply). Small local models often skip the tool call.
-    slot_filling: bool = True
+    # The agent profile: a shipped name (profiles/NAME.yaml) or a path. Empty: a generic
+    # assistant without tools.
+    profile: str = ""
+    # How long the start waits for the profile's MCP servers to answer, then fails.
+    mcp_connect_wait_s: float = 30.0
     # At start, prefill the fixed prompt start (and the guard's) before serving.
     warm_up_timeout_s: float = 90.0
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -48,6 +49,3 @@ class BrainSettings(ServiceSettings):
     # Turns kept in full (with tool calls); older ones shrink to question and answer.
     recent_turns: int = 4
     session_ttl_s: int = 24 * 3600
-    # What this bot is for (used by the prompt and, later, the topic guard).
-    domain: str = "taking table reservations for a restaurant"
-    bot_name: str = "Joe"

@@ -6,6 +6,8 @@
 - "No, half past two" is a correction, not a refusal; a bare "no" asks what to change.
 - A request for a person hands off at once, from any state; so do two
   misunderstood turns in a row. The handoff carries a summary of what was collected.
+- Short dialogue acts (yes, no, a number, a name) inside an ongoing task are not
+  screened by the topic guard.
 """
 
 from __future__ import annotations
@@ -13,13 +15,6 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from typing import Any
-
-
-class DialogState(StrEnum):
-    LISTEN = "listen"
-    CONFIRM = "confirm"
-    DONE = "done"
-    HANDOFF = "handoff"
 
 
 class Decision(StrEnum):
@@ -40,7 +35,8 @@ _NO = re.compile(r"^(?:no|nope|nah|not really|don't|do not|wait|아니요|아니
 _CHANGE = re.compile(
     r"\b(?:actually|instead|rather|change|make it|switch|move it)\b|\d|"
     r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|tomorrow|tonight|"
-    r"morning|afternoon|evening|noon|half past|quarter|o'clock|people|persons|guests)\b|"
+    r"morning|afternoon|evening|noon|half past|quarter|o'clock|one|two|three|four|five|six|seven|"
+    r"eight|nine|ten|eleven|twelve|we are|we.re|people)\b|"
     r"말고|대신|바꿔|로 해|요일|시|명", re.I)
 _HANDOFF = re.compile(
     r"\b(?:human|real person|a person|someone real|an agent|live agent|representative|operator|"
@@ -94,18 +90,31 @@ def confirmation_prompt(summary: str, reply: str) -> list[dict[str, Any]]:
     ]
 
 
-def handoff_summary(state: dict[str, Any], recent_user_texts: list[str], reason: str) -> str:
-    """Everything already collected, so the colleague never has to ask again."""
+def handoff_summary(state: Any, reason: str) -> str:
+    """What was already collected, so the colleague never has to ask again. Built from fields
+    code collected, never from the caller's raw words (a spoken phone number stays out)."""
     parts = [f"Reason: {reason.replace('_', ' ')}."]
-    collected = state.get("collected") or {}
-    if collected:
-        parts.append("Collected: " + ", ".join(f"{k} {v}" for k, v in sorted(collected.items())) + ".")
-    pending = state.get("pending")
-    if pending:
-        parts.append(f"Pending, not executed: {pending['summary']}.")
-    outcome = state.get("last_outcome")
-    if outcome:
-        parts.append(f"Last action: {outcome}.")
-    if recent_user_texts:
-        parts.append("Caller said: " + " / ".join(recent_user_texts[-3:]))
+    if state.task:
+        parts.append("Collected: " + ", ".join(f"{k} {v}" for k, v in sorted(state.task.items())
+                                               if not str(k).startswith("_")) + ".")
+    if state.pending is not None:
+        parts.append(f"Pending, not executed: {state.pending.action}.")
+    if state.last_outcome:
+        parts.append(f"Last action: {state.last_outcome}.")
     return " ".join(parts)
+
+
+_QUESTION_OR_REQUEST = re.compile(
+    r"\?|^(?:what|why|how|who|where|when|which|can|could|would|will|do|does|is|are|tell|write|explain|"
+    r"give|show|help|let's|please)\b", re.I)
+
+
+def is_dialogue_act(text: str) -> bool:
+    """A short answer inside a task: yes, no, a correction, a number, a name, a date or time.
+    Such words are never screened as off-topic; a question or a request still is."""
+    words = text.split()
+    if not words or len(words) > 12:
+        return False
+    if classify_confirmation(text) is not None:
+        return True
+    return len(words) <= 5 and not _QUESTION_OR_REQUEST.search(text.strip())

@@ -28,35 +28,41 @@ class GuardVerdict:
     seconds: float
 
 
-def guard_prompt(domain: str) -> str:
-    # Fixed text per domain: the guard's own prefix stays cached on the LLM server.
+def guard_prompt(purpose: str, allow: list[str] | tuple[str, ...] = (),
+                 block: list[str] | tuple[str, ...] = ("writing code", "homework", "politics")) -> str:
+    # Fixed text per profile: the guard's own prefix stays cached on the LLM server.
+    topics = f" It covers: {', '.join(allow)}." if allow else ""
     return (
-        f"You screen calls for a voice assistant that is {domain}. "
+        f"You screen calls for a voice assistant that is {purpose}.{topics} "
         "Decide if the caller's message may belong in such a call. ALLOW greetings, small talk, "
-        "questions about the business, yes/no answers, names, dates, times, numbers, requests for "
-        "a human, and anything ambiguous or partly related. BLOCK only requests that are clearly "
-        "about something else, such as writing code, homework, medical or legal advice, or "
-        "politics. Reply with exactly one word: ALLOW or BLOCK."
+        "questions about the business, answers to the assistant's question (yes, no, names, dates, "
+        "times, numbers, corrections), requests for a human, and anything ambiguous or partly "
+        f"related. BLOCK only requests that are clearly about something else, such as {', '.join(block)}. "
+        "Reply with exactly one word: ALLOW or BLOCK."
     )
 
 
 class TopicGuard:
-    def __init__(self, chat: ChatFunction, domain: str, timeout_s: float = 4.0) -> None:
+    def __init__(self, chat: ChatFunction, purpose: str, timeout_s: float = 4.0,
+                 allow: list[str] | tuple[str, ...] = (),
+                 block: list[str] | tuple[str, ...] = ("writing code", "homework", "politics")) -> None:
         self.chat = chat
-        self.system = guard_prompt(domain)
+        self.system = guard_prompt(purpose, allow, block)
         self.timeout_s = timeout_s
 
-    async def check(self, text: str) -> GuardVerdict:
+    async def check(self, text: str, context: str = "") -> GuardVerdict:
+        """``context``: what the assistant said just before, so an answer is judged as one."""
         with TRACER.start_as_current_span("guard.check") as span:
-            verdict = await self._check(text)
+            verdict = await self._check(text, context)
             span.set_attributes({"voicebot.guard.allowed": verdict.allowed,
                                  "voicebot.guard.reason": verdict.reason})
             return verdict
 
-    async def _check(self, text: str) -> GuardVerdict:
+    async def _check(self, text: str, context: str) -> GuardVerdict:
         started = time.perf_counter()
+        said = f"Assistant said: {context.strip()[-300:]}\n" if context.strip() else ""
         messages = [{"role": "system", "content": self.system},
-                    {"role": "user", "content": f"Caller said: {text}"}]
+                    {"role": "user", "content": f"{said}Caller said: {text}"}]
         try:
             answer = await asyncio.wait_for(self._ask(messages), self.timeout_s)
         except (LLMUnavailable, LLMRequestError, TimeoutError) as exc:

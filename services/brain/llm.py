@@ -1,15 +1,20 @@
 """Streaming client for any OpenAI-compatible chat-completions server.
 
 The agent receives it as a plain chat function (``ChatFunction``), so tests
-swap in a scripted model served over the same HTTP API. Connection errors and
-5xx answers are retried with backoff inside a deadline; once that runs out the
-caller gets ``LLMUnavailable`` and speaks a fallback. Anything else (a bug,
-a 4xx caused by a bad request we built) is raised as it is.
+swap in a scripted model served over the same HTTP API. Connection errors,
+5xx and 429 answers (honouring Retry-After) are retried with backoff inside a
+deadline that bounds every attempt, not only the gaps between them; once it
+runs out the caller gets ``LLMUnavailable`` and speaks a fallback. A first
+token may take long on a CPU, so a slow answer is waited for as long as the
+server still answers a liveness probe (any HTTP answer on the same port); a
+server that stops answering is given up after one probe timeout. Anything
+else (a bug, a 4xx caused by a bad request we built) is raised as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -50,7 +55,12 @@ class ChatFunction(Protocol):
 
 
 class _Retryable(Exception):
-    pass
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+_DONE = object()
 
 
 class OpenAIChatClient:
@@ -66,15 +76,22 @@ class OpenAIChatClient:
         http: httpx.AsyncClient | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        probe_after_s: float = 1.0,
+        probe_timeout_s: float = 0.8,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
+        # Not /models: llama-cpp-python serves it under the same lock as a generation.
+        self.probe_url = base_url.rstrip("/") + "/health"
+        self.first_token_timeout_s = first_token_timeout_s
+        self.probe_after_s = probe_after_s
+        self.probe_timeout_s = probe_timeout_s
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.deadline_s = deadline_s
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._http = http or httpx.AsyncClient(
-            timeout=httpx.Timeout(first_token_timeout_s, connect=2.0)
+            timeout=httpx.Timeout(first_token_timeout_s, connect=min(2.0, deadline_s))
         )
         self._sleep = sleep
         self._clock = clock
@@ -111,7 +128,7 @@ class OpenAIChatClient:
         while True:
             yielded = False
             try:
-                async for chunk in self._stream_once(body):
+                async for chunk in self._watched(body, give_up_at):
                     yielded = True
                     yield chunk
                 return
@@ -119,15 +136,72 @@ class OpenAIChatClient:
                 # Once text reached the person we cannot take it back and retry.
                 if yielded:
                     raise LLMUnavailable(f"stream broke: {exc}") from exc
-                if self._clock() + delay > give_up_at:
+                wait = exc.retry_after if exc.retry_after is not None else delay
+                if self._clock() + wait >= give_up_at:
                     raise LLMUnavailable(str(exc)) from exc
-                log.warning("llm retry", extra={"error": str(exc), "delay_s": delay})
-                await self._sleep(delay)
+                log.warning("llm retry", extra={"error": str(exc), "delay_s": wait})
+                await self._sleep(wait)
                 delay = min(delay * 2, 2.0)
 
-    async def _stream_once(self, body: dict[str, Any]) -> AsyncIterator[ChatChunk]:
+    async def _watched(self, body: dict[str, Any], give_up_at: float) -> AsyncIterator[ChatChunk]:
+        """One attempt, its wait for the first chunk bounded: by the deadline while the server
+        cannot be reached, by the liveness probe while it is thinking."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def produce() -> None:
+            try:
+                async for chunk in self._stream_once(body, give_up_at):
+                    await queue.put(chunk)
+                await queue.put(_DONE)
+            except Exception as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+                await queue.put(exc)
+
+        producer = asyncio.create_task(produce())
         try:
-            async with self._http.stream("POST", self.url, json=body, headers=self._headers) as resp:
+            item = await self._first_item(queue, producer)
+            while item is not _DONE:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+                item = await queue.get()
+        finally:
+            producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await producer
+
+    async def _first_item(self, queue: asyncio.Queue[Any], producer: asyncio.Task[None]) -> Any:
+        getter = asyncio.ensure_future(queue.get())
+        waited_until = self._clock() + self.first_token_timeout_s
+        try:
+            wait = self.probe_after_s
+            while True:
+                done, _ = await asyncio.wait({getter}, timeout=wait)
+                if done:
+                    return getter.result()
+                if self._clock() >= waited_until:
+                    raise LLMUnavailable(f"no first token after {self.first_token_timeout_s:g} s")
+                if not await self._alive():
+                    raise LLMUnavailable("the LLM server stopped answering (liveness probe failed)")
+                wait = max(0.2, self.probe_after_s / 2)
+        finally:
+            getter.cancel()
+
+    async def _alive(self) -> bool:
+        """Any HTTP answer (even 404) says the server's process still serves."""
+        try:
+            await self._http.get(self.probe_url, headers=self._headers, timeout=self.probe_timeout_s)
+            return True
+        except (httpx.TransportError, httpx.TimeoutException):
+            return False
+
+    async def _stream_once(self, body: dict[str, Any], give_up_at: float) -> AsyncIterator[ChatChunk]:
+        remaining = max(0.05, give_up_at - self._clock())
+        timeout = httpx.Timeout(self.first_token_timeout_s, connect=min(2.0, remaining))
+        try:
+            async with self._http.stream("POST", self.url, json=body, headers=self._headers,
+                                         timeout=timeout) as resp:
+                if resp.status_code == 429:
+                    raise _Retryable("HTTP 429", retry_after=_retry_after(resp.headers.get("retry-after")))
                 if resp.status_code >= 500:
                     raise _Retryable(f"HTTP {resp.status_code}")
                 if resp.status_code >= 400:
@@ -139,6 +213,16 @@ class OpenAIChatClient:
                         yield chunk
         except (httpx.TransportError, httpx.TimeoutException) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (the HTTP-date form is treated as "not soon")."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 3600.0
 
 
 def parse_sse_line(line: str) -> ChatChunk | None:

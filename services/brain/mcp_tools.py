@@ -1,11 +1,13 @@
 """An MCP server's tools as brain tools (streamable HTTP).
 
-The spec of each tool comes from the server's listing: name, description,
-input schema, and the kind from its annotations. Only ``readOnlyHint: true``
-makes a tool read-only; anything else, no annotations included, is treated
-as an irreversible write, the safe default (DESIGN.md section 5). An
-``idempotency_key`` parameter is hidden from the model and filled by code
-from ``ToolContext.idempotency_key``. ``admin_*`` tools are never offered.
+The spec of each tool comes from the server's listing: name, title,
+description, input schema, and the kind from its annotations. Only
+``readOnlyHint: true`` makes a tool read-only; anything else, no annotations
+included, is a write that needs the caller's confirmation, the safe default
+(DESIGN.md section 5). The profile may override kind, timeout, retries and
+the read-back per tool, and include or exclude tools. An ``idempotency_key``
+parameter is hidden from the model and filled by code from
+``ToolContext.idempotency_key``. ``admin_*`` tools are never offered.
 
 Results: structured content (a dict) comes back as the tool's value; a tool
 error starting with ``refused:`` raises ``ToolRefused`` (a business "no", not
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -35,10 +38,11 @@ from typing import Any, TypeVar
 import httpx2
 import mcp_types
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
-from services.brain.tools import Tool, ToolContext, ToolKind, ToolRefused, ToolSpec
+from services.brain.tools import Tool, ToolContext, ToolKind, ToolRefused, ToolSpec, ToolUnreachable
 
 log = logging.getLogger("brain.mcp")
 
@@ -51,11 +55,36 @@ class McpConnectionError(ConnectionError):
     """The MCP server could not be reached, or the connection dropped during a call (outcome unknown)."""
 
 
+class McpUnreachable(McpConnectionError, ToolUnreachable):
+    """The MCP server refused the connection: the request provably never ran."""
+
+
 def tool_kind(annotations: mcp_types.ToolAnnotations | None) -> ToolKind:
-    """Only an explicit read-only hint runs without confirmation; everything else is irreversible."""
+    """Only an explicit read-only hint runs without confirmation; everything else is a write."""
     if annotations is not None and annotations.read_only_hint is True:
         return ToolKind.READ_ONLY
-    return ToolKind.IRREVERSIBLE
+    return ToolKind.WRITE
+
+
+def _title(tool: mcp_types.Tool) -> str:
+    annotated = tool.annotations.title if tool.annotations is not None else None
+    return tool.title or annotated or ""
+
+
+def apply_override(spec: ToolSpec, override: Any | None, server: str = "") -> ToolSpec:
+    """The profile's per-tool settings over the listing (profile.ToolOverride)."""
+    changes: dict[str, Any] = {"server": server}
+    if override is not None:
+        if override.kind:
+            changes["kind"] = ToolKind(override.kind)
+        if override.timeout_s:
+            changes["timeout_s"] = override.timeout_s
+        if override.retries is not None:
+            changes["retry_delays_s"] = tuple(0.5 * 2 ** i for i in range(override.retries))
+        for name in ("title", "read_back", "done", "only_known"):
+            if getattr(override, name, None):
+                changes[name] = getattr(override, name)
+    return dataclasses.replace(spec, **changes)
 
 
 def tool_spec(tool: mcp_types.Tool) -> ToolSpec:
@@ -68,9 +97,9 @@ def tool_spec(tool: mcp_types.Tool) -> ToolSpec:
         properties.pop(IDEMPOTENCY_KEY)
         if IDEMPOTENCY_KEY in parameters.get("required", []):
             parameters["required"] = [p for p in parameters["required"] if p != IDEMPOTENCY_KEY]
-    return ToolSpec(name=tool.name, description=tool.description or tool.title or tool.name,
+    return ToolSpec(name=tool.name, description=tool.description or _title(tool) or tool.name,
                     parameters=parameters, kind=tool_kind(tool.annotations),
-                    accepts_idempotency_key=takes_key)
+                    accepts_idempotency_key=takes_key, title=_title(tool))
 
 
 def tool_value(result: mcp_types.CallToolResult) -> dict[str, Any]:
@@ -122,8 +151,11 @@ class McpToolSource:
     ``async with McpToolSource(url) as source: tools = await source.load_tools()``.
     """
 
-    def __init__(self, url: str, *, connect_timeout_s: float = 5.0, mode: str = "auto") -> None:
+    def __init__(self, url: str, *, connect_timeout_s: float = 5.0, mode: str = "auto",
+                 headers: dict[str, str] | None = None, name: str = "") -> None:
         self.url = url
+        self.name = name or url
+        self.headers = dict(headers or {})  # e.g. Authorization, sent with every request
         self.connect_timeout_s = connect_timeout_s
         self.mode = mode  # mcp.Client's: "auto" (2026-07-28, falls back to the handshake) or "legacy"
         self._lock = asyncio.Lock()
@@ -136,10 +168,20 @@ class McpToolSource:
     async def __aexit__(self, *_: object) -> None:
         await self.aclose()
 
-    async def load_tools(self) -> list[McpTool]:
-        """The server's tools, sorted by name, without the ``admin_*`` ones."""
+    async def load_tools(self, include: list[str] | None = None, exclude: list[str] | tuple[str, ...] = (),
+                         overrides: dict[str, Any] | None = None) -> list[McpTool]:
+        """The server's tools, sorted by name: without the ``admin_*`` ones and the excluded,
+        only the included ones when a list is given, with the profile's overrides applied."""
         listing = await self._request(lambda client: client.list_tools())
-        tools = [McpTool(tool_spec(t), self) for t in listing.tools if not t.name.startswith(HIDDEN_PREFIX)]
+        overrides = overrides or {}
+        offered = [t for t in listing.tools if not t.name.startswith(HIDDEN_PREFIX)
+                   and t.name not in exclude and (include is None or t.name in include)]
+        missing = sorted(set(include or ()) - {t.name for t in offered})
+        if missing:
+            log.warning("MCP server lacks tools the profile includes", extra={
+                "server": self.name, "missing": missing})
+        tools = [McpTool(apply_override(tool_spec(t), overrides.get(t.name), self.name), self)
+                 for t in offered]
         return sorted(tools, key=lambda t: t.spec.name)
 
     async def call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
@@ -182,7 +224,7 @@ class McpToolSource:
                 conn.client = await asyncio.wait_for(conn.started, self.connect_timeout_s)
             except Exception as exc:  # any failure to open a session: the server is not usable
                 await _stop(conn)
-                raise McpConnectionError(f"MCP server {self.url} unreachable: {_describe(exc)}") from exc
+                raise McpUnreachable(f"MCP server {self.url} unreachable: {_describe(exc)}") from exc
             except BaseException:
                 conn.task.cancel()  # we are being cancelled ourselves: no await here
                 raise
@@ -192,7 +234,10 @@ class McpToolSource:
     async def _own(self, conn: _Connection) -> None:
         """Hold the client open until told to stop, recording why the transport failed if it does."""
         try:
-            async with Client(self.url, cache=None, mode=self.mode) as client:
+            timeout = httpx2.Timeout(30.0, read=300.0)  # the MCP transports' own defaults
+            async with httpx2.AsyncClient(headers=self.headers, timeout=timeout) as http, \
+                    Client(streamable_http_client(self.url, http_client=http), cache=None,
+                           mode=self.mode) as client:
                 if conn.started.done():
                     return  # the caller gave up waiting
                 conn.started.set_result(client)
@@ -219,6 +264,8 @@ class McpToolSource:
         if exc.code != CONNECTION_CLOSED:
             return ValueError(f"MCP error {exc.code}: {exc.message}")
         await _settle(conn)
+        if _never_sent(conn.lost):
+            return McpUnreachable(f"MCP server {self.url} unreachable: {_describe(conn.lost)}")
         return McpConnectionError(f"MCP connection to {self.url} lost: {_describe(conn.lost or exc)}")
 
 

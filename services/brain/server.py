@@ -13,10 +13,11 @@ from redis.exceptions import RedisError
 from services.brain.agent import Agent
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
+from services.brain.hooks import load_hooks
 from services.brain.llm import OpenAIChatClient
-from services.brain.mcp_tools import McpToolSource
-from services.brain.reservation_tools import reservation_registry
+from services.brain.profile import Profile, ProfileError, load_profile
 from services.brain.session_store import SessionStore
+from services.brain.toolbox import build_registry
 from services.brain.tools import ToolRegistry
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
@@ -74,37 +75,41 @@ def chat_client(settings: BrainSettings, base_url: str, temperature: float) -> O
     return OpenAIChatClient(
         base_url, settings.llm_model, settings.llm_api_key, settings.llm_max_tokens, temperature,
         settings.llm_deadline_s, settings.llm_first_token_timeout_s,
+        probe_after_s=settings.llm_probe_after_s, probe_timeout_s=settings.llm_probe_timeout_s,
     )
 
 
-def build_agent(settings: BrainSettings, tools: ToolRegistry) -> tuple[Agent, list[OpenAIChatClient],
-                                                                      aioredis.Redis]:
+def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) -> tuple[
+        Agent, list[OpenAIChatClient], aioredis.Redis]:
     chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature)
     clients = [chat]
     guard = None
-    if settings.guard_enabled:
+    if settings.guard_enabled and profile.guard.enabled:
         guard_chat = chat_client(settings, settings.guard_llm_base_url or settings.llm_base_url, 0.0)
         clients.append(guard_chat)
-        guard = TopicGuard(guard_chat, settings.domain, settings.guard_timeout_s)
+        guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
+                           profile.guard.block)
     redis = aioredis.Redis.from_url(settings.redis_url)
     store = SessionStore(redis, settings.session_ttl_s)
-    return Agent(settings, chat, store, tools=tools, guard=guard), clients, redis
+    agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile,
+                  hooks=load_hooks(profile.hooks, profile))
+    return agent, clients, redis
 
 
-async def build_tools(settings: BrainSettings) -> tuple[ToolRegistry, McpToolSource | None]:
-    """The tools this deployment offers: the reservation demo's, from its MCP server."""
-    if not settings.reservations_url:
-        return ToolRegistry(), None
-    source = McpToolSource(settings.reservations_url)
-    tools = await source.load_tools()
-    log.info("reservation tools loaded", extra={"tools": [t.spec.name for t in tools]})
-    return reservation_registry({tool.spec.name: tool for tool in tools}), source
+def startup_profile(settings: BrainSettings) -> Profile:
+    """The profile named by BRAIN_PROFILE; a bad one stops the start with the field named."""
+    profile = load_profile(settings.profile) if settings.profile else Profile()
+    load_hooks(profile.hooks, profile)  # fail now, not at the first turn
+    return profile
 
 
 async def run(settings: BrainSettings) -> None:
-    tools, source = await build_tools(settings)
-    agent, clients, redis = build_agent(settings, tools)
+    profile = startup_profile(settings)
+    tools, sources = await build_registry(profile, settings.mcp_connect_wait_s)
+    agent, clients, redis = build_agent(settings, profile, tools)
     await redis.ping()  # fail at start, not at the first turn, when Redis is missing
+    log.info("profile loaded", extra={"profile": settings.profile or "(generic)", "bot": profile.name,
+                                      "tools": [spec.name for spec in tools.specs()]})
 
     def register(server: grpc.aio.Server) -> list[str]:
         brain_pb2_grpc.add_BrainServicer_to_server(BrainServicer(agent), server)
@@ -113,7 +118,7 @@ async def run(settings: BrainSettings) -> None:
     async def on_stop() -> None:
         for client in clients:
             await client.aclose()
-        if source is not None:
+        for source in sources:
             await source.aclose()
         await redis.aclose()
         shutdown_tracing()
@@ -131,7 +136,11 @@ def main() -> None:
     settings = BrainSettings()
     setup_logging("brain", settings.log_level, settings.log_json)
     setup_tracing("brain")
-    asyncio.run(run(settings))
+    try:
+        asyncio.run(run(settings))
+    except ProfileError as exc:
+        log.error("bad profile", extra={"error": str(exc)})
+        raise SystemExit(f"brain: {exc}") from None
 
 
 if __name__ == "__main__":

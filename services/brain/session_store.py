@@ -9,12 +9,18 @@ turns of one session concurrently cannot lose each other's updates.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
+from pydantic import ValidationError
 from redis.exceptions import WatchError
+
+from services.brain.state import SessionState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,19 +37,26 @@ class Turn:
 class SessionHistory:
     version: int = 0
     turns: list[Turn] = field(default_factory=list)
-    # Dialog state (slots, pending action, ...): rendered as the prompt's last block.
-    state: dict[str, Any] = field(default_factory=dict)
+    # Dialog state (pending action, collected fields, references): state.py.
+    state: SessionState = field(default_factory=SessionState)
 
     @classmethod
     def from_json(cls, raw: bytes | str | None) -> SessionHistory:
         if not raw:
             return cls()
         data = json.loads(raw)
-        return cls(data["version"], [Turn(**t) for t in data["turns"]], data.get("state", {}))
+        try:
+            state = SessionState.model_validate(data.get("state") or {})
+        except ValidationError:
+            # Written by an older release: the turns stay, the dialog starts afresh (nothing
+            # pending is ever guessed back into shape).
+            log.warning("session state in an old shape; starting it afresh")
+            state = SessionState()
+        return cls(data["version"], [Turn(**t) for t in data["turns"]], state)
 
     def to_json(self) -> str:
         return json.dumps({"version": self.version, "turns": [asdict(t) for t in self.turns],
-                           "state": self.state})
+                           "state": self.state.model_dump(mode="json")})
 
     def mark_spoken(self, turn_id: str, spoken: str, interrupted: bool) -> bool:
         """Keep only what the person heard of an earlier reply."""
@@ -94,7 +107,7 @@ class SessionStore:
         raise RuntimeError(f"session {session_id}: too much write contention")
 
     async def append_turn(self, user_id: str, session_id: str, turn: Turn,
-                          state: dict[str, Any] | None = None) -> SessionHistory:
+                          state: SessionState | None = None) -> SessionHistory:
         def change(history: SessionHistory) -> None:
             history.turns.append(turn)
             if state is not None:

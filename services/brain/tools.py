@@ -1,10 +1,11 @@
 """Tools the model may call, each with a declared kind, and the dispatcher that enforces it.
 
 The model picks tools and fills arguments; code decides what runs. Every
-tool declares its kind: read-only (run at once, retried on timeout),
-proposal (records a pending action, harmless), or irreversible (never run
-straight from a model call). Bad calls (unknown tool, arguments that are not
-JSON or do not match the schema) go back to the model as error results.
+tool declares its kind: read-only (run at once, retried on timeout) or write
+(offered to the model under its own name and schema, but a call never runs:
+it becomes the one pending action that code reads back and runs after the
+caller's yes). Bad calls (unknown tool, arguments that are not JSON or do not
+match the schema) go back to the model as error results.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ TRACER = tracer("voicebot.brain")
 
 class ToolKind(StrEnum):
     READ_ONLY = "read_only"
-    PROPOSAL = "proposal"
-    IRREVERSIBLE = "irreversible"
+    WRITE = "write"  # needs the caller's confirmation of a read-back made by code
+    IRREVERSIBLE = "write"  # an alias: every write is treated as irreversible
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,24 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
-    kind: ToolKind = ToolKind.IRREVERSIBLE  # the safe default for anything undeclared
+    kind: ToolKind = ToolKind.WRITE  # the safe default for anything undeclared
     timeout_s: float = 3.0
     # Backoff before each retry of a read-only tool that timed out (seed 002).
     retry_delays_s: tuple[float, ...] = (0.5, 1.0)
     accepts_idempotency_key: bool = False
+    title: str = ""  # how the action is named in a read-back built without a template
+    read_back: str = ""  # template of the action's read-back (readback.py)
+    done: str = ""  # template of the sentence after the write succeeded
+    only_known: str = ""  # a reference field: list items the session does not know are dropped
+    server: str = ""  # the MCP server it comes from
 
-    def definition(self) -> dict[str, Any]:
+    def definition(self, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
         return {"type": "function", "function": {
-            "name": self.name, "description": self.description, "parameters": self.parameters}}
+            "name": self.name, "description": self.description,
+            "parameters": self.parameters if parameters is None else parameters}}
+
+    def spoken_title(self) -> str:
+        return self.title or self.description.split(". ")[0] or self.name.replace("_", " ")
 
 
 @dataclass
@@ -63,6 +73,10 @@ class ToolContext:
 
 class ToolRefused(Exception):
     """The tool says no for a business reason (slot taken): not retried."""
+
+
+class ToolUnreachable(ConnectionError):
+    """The tool's server could not be reached at all: the call provably never ran."""
 
 
 class Tool(ABC):
@@ -87,9 +101,11 @@ class FunctionTool(Tool):
 
 
 class ToolRegistry:
-    def __init__(self, tools: list[Tool] | None = None) -> None:
+    def __init__(self, tools: list[Tool] | None = None,
+                 schema_for_model: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
         self._definitions: list[dict[str, Any]] | None = None
+        self._schema_for_model = schema_for_model or (lambda schema: schema)
         for tool in tools or []:
             self.register(tool)
 
@@ -105,12 +121,13 @@ class ToolRegistry:
         return len(self._tools)
 
     def definitions(self) -> list[dict[str, Any]]:
-        """What the model is offered: sorted by name, keys in a fixed order (the prompt prefix
-        must not move). Irreversible tools are never offered: code runs them after a confirmation."""
+        """What the model is offered: every tool, sorted by name, keys in a fixed order (the
+        prompt prefix must not move). A write is offered too: calling it only proposes it."""
         if self._definitions is None:  # built once, sent with every LLM call
             self._definitions = [
-                json.loads(json.dumps(self._tools[n].spec.definition(), sort_keys=True))
-                for n in sorted(self._tools) if self._tools[n].spec.kind is not ToolKind.IRREVERSIBLE]
+                json.loads(json.dumps(spec.definition(self._schema_for_model(spec.parameters)),
+                                      sort_keys=True))
+                for spec in self.specs()]
         return self._definitions
 
     def specs(self) -> list[ToolSpec]:
@@ -120,7 +137,7 @@ class ToolRegistry:
 @dataclass
 class ToolResult:
     call: ToolCall
-    outcome: str  # succeeded | failed | timeout | refused | invalid
+    outcome: str  # succeeded | failed | timeout | unavailable | refused | invalid | proposed
     content: dict[str, Any]
     kind: ToolKind | None = None
     attempts: int = 0
@@ -156,14 +173,14 @@ class Dispatcher:
         return tool, args
 
     async def execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        """Run a read-only call; a write is never run here (the agent turns it into a proposal)."""
         checked = self.check(call)
         if isinstance(checked, ToolResult):
             return checked
         tool, args = checked
-        if tool.spec.kind is ToolKind.IRREVERSIBLE:
-            # Never straight from the model: code runs it after the person confirms.
-            return self._error(call, "refused", "this action needs the caller's confirmation; "
-                               "propose it and ask the caller to confirm", tool.spec.kind)
+        if tool.spec.kind is ToolKind.WRITE:
+            return self._error(call, "refused", "this action needs the caller's confirmation",
+                               tool.spec.kind)
         return await self.run(tool, call, args, ctx)
 
     async def run(self, tool: Tool, call: ToolCall, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -189,6 +206,12 @@ class Dispatcher:
                 try:
                     value = await asyncio.wait_for(tool.run(args, ctx), spec.timeout_s)
                     return self._done(call, spec, "succeeded", {"ok": True, "result": value}, attempts)
+                except ToolUnreachable as exc:
+                    # Provably never ran (connection refused): safe to retry, even a write.
+                    if not delays:
+                        return self._done(call, spec, "unavailable", {
+                            "ok": False, "error": f"{spec.name} is unavailable right now: {exc}"}, attempts)
+                    await self._sleep(delays.pop(0))
                 except (TimeoutError, ConnectionError) as exc:
                     # A dropped connection is as uncertain as a timeout: the call may have run.
                     if not delays:

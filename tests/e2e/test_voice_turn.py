@@ -16,7 +16,14 @@ import pytest
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT, TOKENS
 from voicebot.common.audio import float_to_pcm16, read_wav, write_wav
-from voicebot.devstack import Stack, free_port, main_llm_threads, start_brain_and_gateway, start_guard_llm
+from voicebot.devstack import (
+    Stack,
+    free_port,
+    main_llm_threads,
+    start_brain_and_gateway,
+    start_guard_llm,
+    start_mcp_servers,
+)
 
 pytestmark = pytest.mark.e2e
 SENTENCE = "I would like to book a table for two tomorrow at seven."
@@ -29,13 +36,11 @@ def real_llm_gateway(services):
         # As `make run` has it: the main LLM, the guard's own instance, the reservation demo.
         llm = stack.start_llm(free_port(), threads=main_llm_threads())
         guard_url = start_guard_llm(stack, free_port())
-        reservations = stack.start_service("reservations", "services.reservations.server", {
-            "RESERVATIONS_PORT": "0", "RESERVATIONS_DB": ":memory:"})
+        _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:"})
         _, gateway = start_brain_and_gateway(
             stack, redis_url=services.redis_url, llm_base_url=f"http://127.0.0.1:{llm.ready['http']}/v1",
             tokens=TOKENS, stt=services.stt, tts=services.tts, name="real", brain_env={
-                "BRAIN_GUARD_LLM_BASE_URL": guard_url, "BRAIN_LLM_DEADLINE_S": "8",
-                "BRAIN_RESERVATIONS_URL": f"http://127.0.0.1:{reservations.ready['http']}/mcp"},
+                "BRAIN_GUARD_LLM_BASE_URL": guard_url, **profile_env},
         )
         gateway_port = gateway.ready["http"]
         yield f"ws://127.0.0.1:{gateway_port}/v1/call"

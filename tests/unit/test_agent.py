@@ -18,6 +18,7 @@ from services.brain.agent import Agent, LoopLimits
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
+from services.brain.profile import Profile
 from services.brain.session_store import SessionStore, Turn
 from services.brain.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
 from tests.fakes.fake_llm import is_guard, last_user_text
@@ -76,7 +77,8 @@ async def brain(redis_url, scripted_llm):
         clients.append(chat)
         kwargs = {"clock": clock} if clock else {}
         return Agent(settings, chat, SessionStore(redis, 60), tools=tools.registry() if with_tools else None,
-                     guard=TopicGuard(chat, settings.domain) if guard else None, limits=limits, **kwargs)
+                     guard=TopicGuard(chat, "answering questions") if guard else None, limits=limits,
+                     **kwargs)
 
     yield make, SessionStore(redis, 60), scripted_llm, tools
     for chat in clients:
@@ -132,7 +134,7 @@ async def test_llm_down_gives_the_fallback_sentence(brain):
     llm.fail_next = 100
     events = await run(make(), request("hello"))
     assert events[-1].final.fallback is True
-    assert events[-1].final.text == BrainSettings().fallback_text
+    assert events[-1].final.text == Profile().sentences.fallback
 
 
 # ---- tools and the loop's stops --------------------------------------------
@@ -243,13 +245,18 @@ async def test_bad_calls_go_back_to_the_model_as_errors(brain, call, error):
     assert tools.runs == [] and spoken(events) == "Let me try that again."
 
 
-async def test_irreversible_tool_is_refused_straight_from_the_model(brain):
-    make, _, llm, tools = brain
-    llm.script = lambda b: "I need your confirmation first." if tool_results(b) else {
+async def test_a_write_called_by_the_model_never_runs_and_code_reads_it_back(brain):
+    make, store, llm, tools = brain
+    llm.script = lambda b: "Booked it for you!" if tool_results(b) else {
         "tool_calls": [{"name": "create_booking", "arguments": {"slot": "S1"}}]}
-    await run(make(), request("book it now"))
-    assert tools.runs == []
-    assert "confirmation" in tool_results(main_requests(llm)[-1])[0]["error"]
+    req = request("book it now")
+    events = await run(make(), req)
+    assert tools.runs == [] and len(main_requests(llm)) == 1  # the loop ended at the proposal
+    said = spoken(events)
+    assert "Booked it" not in said and said.endswith("Shall I go ahead?")
+    assert "Book a slot with slot S1" in said  # built by code from the tool's title and arguments
+    state = (await store.load("alice", req.session_id)).state
+    assert state.pending.tool == "create_booking" and state.pending.args == {"slot": "S1"}
 
 
 async def test_read_only_calls_of_one_step_run_concurrently(brain):

@@ -1,8 +1,8 @@
-"""Rules that read booking slots from what the caller said."""
+"""The restaurant profile's hook rules: booking slots read from what the caller said."""
 
 import pytest
 
-from services.brain.slots import complete, extract_slots, is_booking_request
+from services.reservations.hooks import complete, extract_slots, is_booking_request
 
 
 @pytest.mark.parametrize(("text", "slots"), [
@@ -13,6 +13,15 @@ from services.brain.slots import complete, extract_slots, is_booking_request
     ("no, half past seven", {"time": "19:30"}),
     ("three people at seven", {"people": 3, "time": "19:00"}),
     ("what is on the menu?", {}),
+    ("A table for two tomorrow at seven pm, my name is Alex", {"day": "tomorrow", "people": 2,
+                                                               "time": "19:00", "name": "Alex"}),
+    ("Actually, make it half past seven.", {"time": "19:30"}),
+    ("Sorry, we are three people, not two.", {"people": 3}),
+    ("could I get a table on Friday at seven pm? I'm Jamie.", {"day": "friday", "time": "19:00",
+                                                               "name": "Jamie"}),
+    ("There will be four of us, at seven thirty", {"people": 4, "time": "19:30"}),
+    ("a table for 8 pm for two", {"people": 2, "time": "20:00"}),
+    ("I'm looking for a table", {}),
 ])
 def test_extract(text, slots):
     assert extract_slots(text) == slots

@@ -1,0 +1,116 @@
+"""Writes under confirmation: a call to a write tool becomes one pending action; a yes runs it.
+
+``propose`` never runs anything. It takes a validated call (from the model or
+a domain hook), resolves its references to real ids, and stores exactly what
+will run together with the read-back code speaks: the profile's template for
+that tool, or a sentence built from the tool's title and its arguments in
+spoken form. ``run`` executes a pending action once, with an idempotency key
+chosen by code, and persists the outcome at once (an interrupted turn stores
+nothing else, but the fact that a write happened must not be lost).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from services.brain.profile import Sentences
+from services.brain.readback import default_action, render, sentence
+from services.brain.references import IDEMPOTENCY_KEY, References
+from services.brain.session_store import SessionStore
+from services.brain.state import PendingAction, SessionState
+from services.brain.toolcalls import ToolCall, new_call_id
+from services.brain.tools import Dispatcher, Tool, ToolContext, ToolResult
+
+AWAITING = ("Not done yet: the system reads this back to the caller and runs it only after they "
+            "say yes. Do not ask for confirmation yourself.")
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    status: str  # done | refused | unavailable | unknown
+    say: str = ""  # code's sentence for the caller
+    note: str = ""  # for the model, when it answers next (refused: look for alternatives)
+    result: ToolResult | None = None
+
+
+class Actions:
+    def __init__(self, dispatcher: Dispatcher, references: References, sentences: Sentences,
+                 store: SessionStore) -> None:
+        self.dispatcher = dispatcher
+        self.references = references
+        self.sentences = sentences
+        self.store = store
+
+    def propose(self, state: SessionState, tool: Tool, call: ToolCall, args: dict[str, Any],
+                turn_id: str) -> ToolResult:
+        """One pending action from a validated write call (it replaces any older one)."""
+        args = {k: v for k, v in args.items() if k != IDEMPOTENCY_KEY}
+        resolved = self.references.resolve(args, state)  # UnknownReference goes back to the model
+        spoken = self.references.labels(args, state)
+        action = PendingAction(tool=tool.spec.name, args=resolved, action=self.read_back(tool, spoken),
+                               read_back_turn=turn_id)
+        state.propose(action)
+        return ToolResult(call, "proposed", {"ok": True, "status": "awaiting confirmation",
+                                             "read_back": action.action, "note": AWAITING},
+                          tool.spec.kind)
+
+    def read_back(self, tool: Tool, spoken_args: dict[str, Any]) -> str:
+        if tool.spec.read_back:
+            return render(tool.spec.read_back, spoken_args)
+        return default_action(tool.spec.spoken_title(), spoken_args, frozenset(self.references.kinds))
+
+    def confirm_sentence(self, action: PendingAction) -> str:
+        return sentence(self.sentences.confirm.format(action=action.action))
+
+    async def run(self, state: SessionState, action: PendingAction, user_id: str, session_id: str,
+                  turn_id: str, tool: Tool | None) -> WriteOutcome:
+        """Run the action once; the state after it is persisted before this returns."""
+        call = ToolCall(new_call_id(), action.tool, json.dumps(action.args))
+        if tool is None:  # the tool server no longer offers it: provably not run
+            outcome = WriteOutcome("unavailable", self.sentences.tool_unavailable)
+            state.failed(f"not done ({action.action}): the tool is not available")
+        else:
+            ctx = ToolContext(user_id, session_id, turn_id, {},
+                              idempotency_key=f"{session_id}:{action.id}")
+            result = await self.dispatcher.run(tool, call, dict(action.args), ctx)
+            outcome = self._outcome(state, action, tool, result)
+        snapshot = state.model_copy(deep=True)
+
+        def keep(history: Any) -> None:
+            history.state = snapshot
+
+        await self.store.update(user_id, session_id, keep)
+        return outcome
+
+    def _outcome(self, state: SessionState, action: PendingAction, tool: Tool,
+                 result: ToolResult) -> WriteOutcome:
+        if result.outcome == "succeeded":
+            value = self.references.present(result.content.get("result") or {}, state)
+            values = {**(value if isinstance(value, dict) else {}), **self._spoken_args(action, state),
+                      "action": action.action}
+            said = render(tool.spec.done, values) if tool.spec.done else \
+                self.sentences.done.format(action=action.action)
+            state.completed(f"done: {action.action}")
+            return WriteOutcome("done", sentence(said), result=result)
+        if result.outcome == "unavailable":  # the server was unreachable: provably not done
+            state.failed(f"not done ({action.action}): the tool server is unavailable")
+            return WriteOutcome("unavailable", self.sentences.tool_unavailable, result=result)
+        if result.outcome in ("refused", "failed", "invalid"):  # the tool said no: nothing was done
+            reason = str(result.content.get("refused") or result.content.get("error") or result.outcome)
+            state.failed(f"refused, nothing done: {action.action} ({reason})")
+            return WriteOutcome("refused", note=(
+                f"The system tried: {action.action}. It was refused ({reason}); nothing was done. Tell "
+                "the caller briefly and offer an alternative (look it up with a tool)."), result=result)
+        # A timeout without a safe retry, or a lost connection: the outcome is unknown. Never guess.
+        state.failed(f"unknown outcome ({result.outcome}): {action.action}")
+        return WriteOutcome("unknown", self.sentences.unknown_outcome, result=result)
+
+    def _spoken_args(self, action: PendingAction, state: SessionState) -> dict[str, Any]:
+        """Arguments as the caller heard them: a real id back to its reference's label."""
+        spoken: dict[str, Any] = {}
+        for key, value in action.args.items():
+            label = next((e.label for e in state.refs.values() if e.kind == key and e.id == str(value)), None)
+            spoken[key] = label if label is not None else value
+        return spoken

@@ -1,0 +1,182 @@
+"""Agent profiles: one YAML file per deployment says what the bot is for and where its tools are.
+
+The brain core knows no business. A profile names the bot and its purpose
+(used by the system prompt and the topic guard), its languages, the fixed
+sentences code speaks, guard settings, one or more MCP servers with per-tool
+overrides (kind, timeout, retries, read-back template), how entity ids in tool
+results become session references (``S1``), and optional domain hooks (a
+Python entry point). ``BRAIN_PROFILE`` picks the file; a bad profile fails at
+start with the field named.
+
+Strings may use ``${VAR}`` or ``${VAR:-default}``: the environment fills them
+in before validation, so one profile serves a laptop, compose and Kubernetes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES_DIR = ROOT / "profiles"
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ProfileError(ValueError):
+    """The profile file is missing, not YAML, or names a field wrongly: the message says which."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sentences(_Strict):
+    """What code says in its own words. ``{action}`` is a read-back of the pending action."""
+
+    fallback: str = "Sorry, I'm having trouble right now. Could you say that again?"
+    blocked: str = "Sorry, I can't help with that here."
+    handoff: str = "I'll connect you with a colleague now; they'll have all the details."
+    unknown_outcome: str = ("I could not confirm that it went through; a colleague will check and "
+                            "get back to you.")
+    confirm: str = "{action}. Shall I go ahead?"
+    confirm_again: str = "Just to be sure: {action}. Shall I go ahead? Please say yes or no."
+    ask_what_to_change: str = "Okay, nothing is done. What would you like to change?"
+    done: str = "Done: {action}."
+    refused: str = "Sorry, that did not work: {reason}."
+    tool_unavailable: str = "Sorry, I can't check that right now. Please try again in a moment."
+    nothing_pending: str = ""  # empty: the model answers a stray "yes" in its own words
+
+
+class GuardSettings(_Strict):
+    enabled: bool = True
+    # Topics the bot covers and examples of what to block, for the guard's prompt.
+    allow: list[str] = Field(default_factory=list)
+    block: list[str] = Field(default_factory=lambda: [
+        "writing code", "homework", "medical or legal advice", "politics"])
+    timeout_s: float = Field(4.0, gt=0)
+
+
+class ToolOverride(_Strict):
+    """Per-tool settings over what the MCP server's listing says."""
+
+    kind: Literal["read_only", "write"] | None = None
+    timeout_s: float | None = Field(None, gt=0)
+    retries: int | None = Field(None, ge=0, le=5)
+    title: str | None = None
+    # The sentence code speaks to confirm the action: ``{argument}`` fields in spoken form,
+    # a reference argument as its label. Without one, code builds it from the title and arguments.
+    read_back: str | None = None
+    # Said after the write succeeded: ``{action}`` plus the result's fields (a new reference as R1).
+    done: str | None = None
+    # A reference field: list items of the result that this conversation does not know yet are
+    # dropped (a lookup by name must not reveal other people's records).
+    only_known: str | None = None
+
+
+class LocalLaunch(_Strict):
+    """For ``make run`` only: the local process that serves this MCP server. The launcher
+    sets ``<env_prefix>_PORT`` and ``<env_prefix>_TOKEN`` for it and the URL variable the
+    profile's ``url`` names; deployments run their servers themselves and ignore this."""
+
+    module: str = Field(pattern=r"^[\w.]+$")
+    env_prefix: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    port: int = Field(0, ge=0, le=65535)
+
+
+class McpServer(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    url: str = Field(pattern=r"^https?://")
+    # The value of this environment variable is sent as ``Authorization: Bearer <value>``.
+    auth_token_env: str | None = None
+    include: list[str] | None = None  # only these tools (after exclude)
+    exclude: list[str] = Field(default_factory=list)
+    tools: dict[str, ToolOverride] = Field(default_factory=dict)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    launch: LocalLaunch | None = None
+
+    def auth_headers(self) -> dict[str, str]:
+        """The header for this server; none while its variable is unset (a server that
+        requires a token then refuses us, and the start fails naming it)."""
+        token = os.environ.get(self.auth_token_env or "", "")
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class ReferenceKind(_Strict):
+    """An id field in tool results that the model sees as ``<prefix><n>`` with a spoken label."""
+
+    prefix: str = Field(pattern=r"^[A-Z]{1,3}$")
+    label: str  # a template over the item holding the id, e.g. "{weekday}, {day:date} at {time:time}"
+
+
+class Profile(_Strict):
+    name: str = "Joe"
+    purpose: str = "answering questions"
+    languages: list[str] = Field(default_factory=lambda: ["en"], min_length=1)
+    instructions: str = ""  # extra lines for the system prompt (business facts, style)
+    sentences: Sentences = Field(default_factory=Sentences)
+    guard: GuardSettings = Field(default_factory=GuardSettings)
+    mcp_servers: list[McpServer] = Field(default_factory=list)
+    references: dict[str, ReferenceKind] = Field(default_factory=dict)
+    # Fields of tool results the model never sees (phone numbers, internal notes).
+    hidden_fields: list[str] = Field(default_factory=list)
+    hooks: str | None = Field(None, pattern=r"^[\w.]+:[\w]+$")  # "package.module:factory"
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_names(cls, servers: list[McpServer]) -> list[McpServer]:
+        names = [s.name for s in servers]
+        if len(names) != len(set(names)):
+            raise ValueError(f"server names must be unique, got {names}")
+        return servers
+
+
+def expand_env(value: Any) -> Any:
+    """``${VAR}`` / ``${VAR:-default}`` in every string, from the environment."""
+    if isinstance(value, str):
+        def one(match: re.Match[str]) -> str:
+            found = os.environ.get(match[1])
+            if found is None and match[2] is None:
+                raise ProfileError(f"environment variable {match[1]} is not set (used in the profile)")
+            return found if found is not None else match[2]
+
+        return _ENV.sub(one, value)
+    if isinstance(value, list):
+        return [expand_env(v) for v in value]
+    if isinstance(value, dict):
+        return {k: expand_env(v) for k, v in value.items()}
+    return value
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """A path, or a shipped profile's name (``restaurant`` → ``profiles/restaurant.yaml``)."""
+    path = Path(name_or_path).expanduser()
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    return PROFILES_DIR / f"{name_or_path}.yaml"
+
+
+def load_profile(name_or_path: str) -> Profile:
+    path = resolve_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ProfileError(f"profile {path}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"profile {path}: not valid YAML: {exc}") from None
+    return parse_profile(raw, str(path))
+
+
+def parse_profile(raw: Any, where: str = "profile") -> Profile:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: the top level must be a mapping of fields")
+    try:
+        return Profile.model_validate(expand_env(raw))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'profile'}: {e['msg']}"
+                             for e in exc.errors())
+        raise ProfileError(f"{where}: {problems}") from None

@@ -1,0 +1,126 @@
+"""The session's dialog state: one typed model, changed only through its methods.
+
+What code decides lives here: the one pending action (what the caller is asked
+to confirm, exactly as it will run), the fields collected for the task at
+hand, server-issued references (``S1``) and the counters of the dialog rules.
+It is stored with the history in Redis and shown to the model only through
+``model_view`` (no internal ids, no arguments of a pending write).
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Mode(StrEnum):
+    LISTEN = "listen"
+    CONFIRM = "confirm"
+    DONE = "done"
+    HANDOFF = "handoff"
+
+
+class PendingAction(BaseModel):
+    """A write the model (or a hook) asked for. It runs only as it is here, after a yes."""
+
+    id: str = Field(default_factory=lambda: "p_" + uuid.uuid4().hex[:10])
+    tool: str
+    args: dict[str, Any]  # resolved: real ids, exactly what the tool receives
+    action: str  # the spoken read-back of the action ("book a table for 2 on ...")
+    read_back_turn: str = ""  # the turn whose reply read it back
+
+
+class Reference(BaseModel):
+    kind: str  # the id field it stands for, e.g. "slot_id"
+    id: str
+    label: str
+
+
+class SessionState(BaseModel):
+    mode: Mode = Mode.LISTEN
+    pending: PendingAction | None = None
+    task: dict[str, Any] = Field(default_factory=dict)  # what the caller told us for the task at hand
+    refs: dict[str, Reference] = Field(default_factory=dict)
+    misunderstood: int = 0
+    last_outcome: str = ""
+
+    # ---- transitions -------------------------------------------------------
+    def start_turn(self) -> None:
+        """A handoff or a finished action does not hold the next turn hostage."""
+        if self.mode in (Mode.HANDOFF, Mode.DONE):
+            self.mode = Mode.LISTEN
+
+    def propose(self, action: PendingAction) -> None:
+        """The new pending action replaces any older one: only the last read-back can run."""
+        self.pending = action
+        self.mode = Mode.CONFIRM
+
+    def read_back(self, turn_id: str) -> None:
+        if self.pending is not None:
+            self.pending.read_back_turn = turn_id
+            self.mode = Mode.CONFIRM
+
+    def drop_pending(self) -> PendingAction | None:
+        dropped, self.pending = self.pending, None
+        if self.mode is Mode.CONFIRM:
+            self.mode = Mode.LISTEN
+        return dropped
+
+    def take_pending(self) -> PendingAction:
+        """Out of the state before it runs: whatever happens next, it cannot run twice."""
+        action = self.pending
+        assert action is not None
+        self.pending = None
+        return action
+
+    def completed(self, outcome: str) -> None:
+        """After a write: nothing pending, nothing collected left to propose again."""
+        self.pending, self.task = None, {}
+        self.mode, self.misunderstood, self.last_outcome = Mode.DONE, 0, outcome
+
+    def failed(self, outcome: str) -> None:
+        self.pending, self.last_outcome = None, outcome
+        self.mode = Mode.LISTEN
+
+    def handed_off(self) -> None:
+        self.pending, self.mode, self.misunderstood = None, Mode.HANDOFF, 0
+
+    def understood(self, understood: bool) -> int:
+        self.misunderstood = 0 if understood else self.misunderstood + 1
+        return self.misunderstood
+
+    # ---- references ------------------------------------------------------
+    def issue_ref(self, kind: str, internal_id: str, label: str, prefix: str) -> str:
+        for ref, entry in self.refs.items():
+            if entry.kind == kind and entry.id == internal_id:
+                entry.label = label or entry.label
+                return ref
+        number = 1 + sum(1 for ref in self.refs if ref.rstrip("0123456789") == prefix)
+        ref = f"{prefix}{number}"
+        self.refs[ref] = Reference(kind=kind, id=internal_id, label=label)
+        return ref
+
+    def resolve_ref(self, ref: Any, kind: str) -> Reference | None:
+        entry = self.refs.get(str(ref).strip().upper())
+        return entry if entry is not None and entry.kind == kind else None
+
+    def knows(self, kind: str, internal_id: str) -> bool:
+        return any(e.kind == kind and e.id == internal_id for e in self.refs.values())
+
+    # ---- what the model sees -------------------------------------------
+    def model_view(self, note: str = "") -> dict[str, Any]:
+        view: dict[str, Any] = {"dialog_state": self.mode.value}
+        if self.task:
+            view["collected"] = self.task
+        if self.pending is not None:
+            view["awaiting_confirmation"] = self.pending.action
+        if self.last_outcome:
+            view["last_outcome"] = self.last_outcome
+        if self.refs:
+            view["references"] = {ref: entry.label for ref, entry in self.refs.items()}
+        if note:
+            view["note"] = note
+        return view

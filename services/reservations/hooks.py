@@ -1,0 +1,116 @@
+"""The restaurant profile's domain hooks: booking slots by rule (seed 002).
+
+Day, time, party size and name are read from what the caller says, turn by
+turn, into the task. When the caller asked for a table and all four are known,
+and this turn said something about them, the hook takes the path the model
+should take: ``find_slots``, then a ``create_reservation`` call for the slot at
+the wished time. That call is only a proposal: the brain reads it back and
+books after the caller's yes. A correction ("half past seven", "we are three,
+not two") updates the task and proposes anew. Anything the rules miss is left
+to the model. English only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from services.brain.hooks import DomainHooks, HookContext, HookResult
+
+_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+            "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+_NUM = r"(\d{1,2}|" + "|".join(_NUMBERS) + r")"
+_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "today",
+         "tomorrow", "tonight")
+_DAY = re.compile(r"\b(" + "|".join(_DAYS) + r")\b", re.I)
+_PEOPLE = re.compile(
+    r"\b(?:for|party of|table for|we are|we're|there are|there will be|there'll be)\s+" + _NUM +
+    r"(?:\s+(?:people|persons|guests|of us|adults))?\b(?!\s*(?::|o'clock|am\b|pm\b|a\.m|p\.m|in the))"
+    r"|\b" + _NUM + r"\s+(?:people|persons|guests|of us|adults)\b", re.I)
+_TIME = re.compile(
+    # "for"/"to" only before a clock time: "a table for two" is a party, "for 8 pm" a time.
+    r"\b(?:at|make it|around|about|(?:for|to)(?=\s+\w+(?::\d{2})?\s*(?:o'clock|[ap]\.?m\b)))\s+"
+    + _NUM + r"(?::(\d{2}))?(?:\s*(o'clock))?"
+    r"(\s*(?:a\.?m\.?|p\.?m\.?|in the evening|in the morning|tonight))?"
+    r"(?!\s*(?:people|persons|guests|of us))", re.I)
+_HALF_PAST = re.compile(r"\bhalf past\s+" + _NUM, re.I)
+_SEVEN_THIRTY = re.compile(r"\b" + _NUM + r"\s+thirty\b", re.I)
+_NEGATED = re.compile(r"\b(?:not|instead of)\s+(?:at\s+)?" + _NUM + r"(?::\d{2})?(?:\s+\w+)?", re.I)
+_NAME = re.compile(r"\b(?i:my name is|this is|under the name|under|name's|i'm|i am|it's for|name is)"
+                   r"\s+([A-Z][a-z]+)\b")
+_NOT_NAMES = {"Looking", "Calling", "Sorry", "Just", "Not", "Here", "Good", "Fine", "Hoping", "Trying"}
+_BOOKING = re.compile(r"\b(book|table|reserv)", re.I)
+_CANCEL = re.compile(r"\b(cancel|change my|move my)", re.I)
+REQUIRED = ("day", "time", "people", "name")
+
+
+def _number(token: str) -> int:
+    return int(token) if token.isdigit() else _NUMBERS[token.lower()]
+
+
+def _hour_24(hour: int, suffix: str) -> int:
+    suffix = (suffix or "").lower().strip()
+    if suffix.startswith("a") or "morning" in suffix:
+        return hour % 12
+    if hour < 12 and (suffix.startswith("p") or "evening" in suffix or "tonight" in suffix or hour < 11):
+        return hour + 12  # a dinner booking: "at seven" means 19:00
+    return hour
+
+
+def extract_slots(text: str) -> dict[str, Any]:
+    """What the caller said about a booking. "not two" is a value being replaced: skipped."""
+    text = _NEGATED.sub(" ", text)
+    found: dict[str, Any] = {}
+    if day := _DAY.search(text):
+        found["day"] = "today" if day.group(1).lower() == "tonight" else day.group(1).lower()
+    if people := _PEOPLE.search(text):
+        found["people"] = _number(people.group(1) or people.group(2))
+    if half := _HALF_PAST.search(text):
+        found["time"] = f"{_hour_24(_number(half.group(1)), ''):02d}:30"
+    elif thirty := _SEVEN_THIRTY.search(text):
+        found["time"] = f"{_hour_24(_number(thirty.group(1)), ''):02d}:30"
+    elif time := _TIME.search(text):
+        minutes = time.group(2) or "00"
+        found["time"] = f"{_hour_24(_number(time.group(1)), time.group(4) or ''):02d}:{minutes}"
+    if (name := _NAME.search(text)) and name.group(1) not in _NOT_NAMES:
+        found["name"] = name.group(1)
+    return found
+
+
+def is_booking_request(text: str) -> bool:
+    return bool(_BOOKING.search(text)) and not _CANCEL.search(text)
+
+
+def complete(slots: dict[str, Any]) -> bool:
+    return all(slots.get(key) for key in REQUIRED)
+
+
+class RestaurantHooks(DomainHooks):
+    def __init__(self, profile: Any = None) -> None:
+        self.profile = profile
+
+    async def before_model(self, ctx: HookContext) -> HookResult | None:
+        found = extract_slots(ctx.text)
+        task = ctx.task
+        if is_booking_request(ctx.text) or ctx.correcting is not None:
+            task["intent"] = "book"
+        elif _CANCEL.search(ctx.text):
+            task.pop("intent", None)  # a cancellation is the model's (find_reservation first)
+        task.update(found)
+        if not (found and task.get("intent") == "book" and complete(task)
+                and {"find_slots", "create_reservation"} <= ctx.tools):
+            return None
+        wanted = {"day": task["day"], "people": task["people"], "time": task["time"]}
+        answer = await ctx.read("find_slots", wanted)
+        slots = (answer.get("result") or {}).get("slots") or []
+        match = next((s for s in slots if s.get("time") == task["time"]), None)
+        if not answer.get("ok") or match is None:
+            free = ", ".join(f"{s['slot_id']} at {s['time']}" for s in slots[:3]) or "none"
+            return HookResult(note=(f"No table at {task['time']} on {task['day']} for {task['people']}. "
+                                    f"Free: {free}. Offer these to the caller."))
+        return HookResult(propose=("create_reservation", {
+            "slot_id": match["slot_id"], "name": task["name"], "people": task["people"]}))
+
+
+def hooks(profile: Any) -> RestaurantHooks:
+    return RestaurantHooks(profile)

@@ -1,0 +1,94 @@
+"""Profiles at start: a typo stops the brain naming the field; each shipped profile serves a turn.
+
+The brain runs as a real process (``python -m services.brain.server``) with
+its profile's MCP servers started the way ``make run`` starts them (a bearer
+token each), a scripted LLM and a real redis-server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from services.brain.profile import PROFILES_DIR, ProfileError, load_profile, parse_profile
+from tests.conftest import LOG_ROOT
+from tests.fakes.fake_llm import is_guard
+from voicebot.common.internal_auth import internal_channel
+from voicebot.devstack import ROOT, Stack, start_mcp_servers
+from voicebot.v1 import brain_pb2, brain_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(("raw", "named"), [
+    ({"name": "Joe", "sentences": {"fallbak": "Sorry."}}, "sentences.fallbak"),
+    ({"mcp_servers": [{"name": "shop", "url": "ftp://x"}]}, "mcp_servers.0.url"),
+    ({"mcp_servers": [{"name": "shop", "url": "http://x/mcp", "tools": {"buy": {"kind": "maybe"}}}]},
+     "mcp_servers.0.tools.buy.kind"),
+    ({"references": {"order_id": {"prefix": "order", "label": "{id}"}}}, "references.order_id.prefix"),
+    ({"guard": {"timeout_s": 0}}, "guard.timeout_s"),
+])
+def test_a_profile_with_a_mistake_is_refused_naming_the_field(raw, named):
+    with pytest.raises(ProfileError, match=named.replace(".", r"\.")):
+        parse_profile(raw)
+
+
+def test_an_unset_variable_in_a_profile_is_named(monkeypatch):
+    monkeypatch.delenv("NO_SUCH_URL", raising=False)
+    with pytest.raises(ProfileError, match="NO_SUCH_URL"):
+        parse_profile({"mcp_servers": [{"name": "shop", "url": "${NO_SUCH_URL}"}]})
+
+
+def test_the_brain_does_not_start_with_a_typo_in_its_profile(tmp_path, redis_url):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((PROFILES_DIR / "restaurant.yaml").read_text().replace("purpose:", "purpsoe:"))
+    brain = subprocess.run([sys.executable, "-m", "services.brain.server"], cwd=ROOT, timeout=60,
+                           capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "BRAIN_PROFILE": str(bad), "BRAIN_PORT": "0",
+                                "BRAIN_REDIS_URL": redis_url, "VOICEBOT_INTERNAL_AUTH": "false",
+                                "LOG_JSON": "false"})
+    assert brain.returncode != 0
+    assert "purpsoe" in brain.stderr and "Traceback" not in brain.stderr
+
+
+@pytest.mark.parametrize("profile", ["restaurant", "clinic"])
+def test_each_shipped_profile_loads(profile):
+    loaded = load_profile(profile)
+    assert loaded.mcp_servers and loaded.purpose
+
+
+@pytest.mark.parametrize(("profile", "question", "tool"), [
+    ("restaurant", "Is there a free table on Friday?", "find_slots"),
+    ("clinic", "Any openings with Dr. Kim tomorrow?", "list_openings"),
+])
+async def test_each_shipped_profile_starts_and_serves_a_turn(profile, question, tool, redis_url,
+                                                             scripted_llm):
+    def model(body):
+        if is_guard(body):
+            return "ALLOW"
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return "Yes, there is."
+        names = sorted(t["function"]["name"] for t in body.get("tools") or [])
+        assert tool in names, names
+        args = {"day": "friday", "people": 2} if tool == "find_slots" else {"date": "tomorrow"}
+        return {"tool_calls": [{"name": tool, "arguments": args}]}
+
+    scripted_llm.script = model
+    stack = Stack(LOG_ROOT / f"profile-{profile}", quiet=True)
+    try:
+        _, brain_env = start_mcp_servers(stack, profile)
+        brain = stack.start_service("brain", "services.brain.server", {
+            **brain_env, "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
+            "BRAIN_LLM_BASE_URL": scripted_llm.base_url})
+        async with internal_channel(f"127.0.0.1:{brain.ready['grpc']}") as channel:
+            request = brain_pb2.RespondRequest(session_id=uuid.uuid4().hex, turn_id="t1", user_id="alice",
+                                               text=question)
+            events = [e async for e in brain_pb2_grpc.BrainStub(channel).Respond(request)]
+        tools = [e.tool for e in events if e.WhichOneof("event") == "tool"]
+        assert [t.status for t in tools if t.tool == tool] == ["started", "succeeded"]
+        assert events[-1].final.text == "Yes, there is."
+    finally:
+        stack.stop()

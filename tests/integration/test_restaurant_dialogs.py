@@ -1,0 +1,188 @@
+"""The restaurant profile as a caller meets it: its MCP server, its hooks, a model that only talks.
+
+The reservation server is the real one (services/reservations, SQLite in
+memory, a pinned calendar). The scripted model never calls a tool, like the
+packaged 1.5B model on most booking requests: the profile's hooks carry the
+booking path, and code reads back and books. Each test is a dialogue from
+issue 11's findings, judged by what the reservation server recorded.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.brain.agent import Agent
+from services.brain.config import BrainSettings
+from services.brain.guard import TopicGuard
+from services.brain.hooks import load_hooks
+from services.brain.llm import OpenAIChatClient
+from services.brain.mcp_tools import McpToolSource, tool_value
+from services.brain.profile import load_profile
+from services.brain.session_store import SessionStore
+from services.brain.toolbox import build_registry
+from tests.conftest import LOG_ROOT
+from tests.fakes.fake_llm import is_guard
+from voicebot.devstack import Stack
+from voicebot.v1 import brain_pb2
+
+pytestmark = pytest.mark.integration
+TODAY = "2026-11-30"  # a Monday: "tomorrow" is Tuesday, December 1st
+
+
+@pytest.fixture(scope="module")
+def reservations_url():
+    stack = Stack(LOG_ROOT / "restaurant-dialogs", quiet=True)
+    try:
+        proc = stack.start_service("reservations", "services.reservations.server", {
+            "RESERVATIONS_PORT": "0", "RESERVATIONS_DB": ":memory:", "RESERVATIONS_TODAY": TODAY,
+            "RESERVATIONS_LOG_LEVEL": "WARNING"})
+        yield f"http://127.0.0.1:{proc.ready['http']}/mcp"
+    finally:
+        stack.stop()
+
+
+def talker(body):
+    """A model that answers in prose and never calls a tool."""
+    if is_guard(body):
+        return "ALLOW"
+    return "Happy to help. What day and time would you like, and for how many people?"
+
+
+class Caller:
+    def __init__(self, agent: Agent) -> None:
+        self.agent, self.session, self.turns = agent, uuid.uuid4().hex, 0
+        # A name nobody else books under, spelled as a name.
+        self.name = "N" + "".join(chr(ord("a") + int(c, 16) % 26) for c in uuid.uuid4().hex[:6])
+
+    async def say(self, text: str) -> str:
+        self.turns += 1
+        request = brain_pb2.RespondRequest(session_id=self.session, turn_id=f"t{self.turns}",
+                                           user_id="alice", text=text.replace("NAME", self.name))
+        events = [event async for event in self.agent.respond(request)]
+        return "".join(e.delta.text for e in events if e.WhichOneof("event") == "delta")
+
+    async def state(self):
+        return (await self.agent.store.load("alice", self.session)).state
+
+
+@pytest.fixture
+async def restaurant(reservations_url, redis_url, scripted_llm, monkeypatch):
+    monkeypatch.setenv("RESERVATIONS_MCP_URL", reservations_url)
+    profile = load_profile("restaurant")
+    registry, sources = await build_registry(profile, wait_s=5)
+    redis = aioredis.Redis.from_url(redis_url)
+    chat = OpenAIChatClient(scripted_llm.base_url, "m", deadline_s=0.5)
+    scripted_llm.script = talker
+
+    def make(guard: bool = False) -> Caller:
+        agent = Agent(BrainSettings(llm_base_url=scripted_llm.base_url), chat, SessionStore(redis, 60),
+                      tools=registry, profile=profile, hooks=load_hooks(profile.hooks, profile),
+                      guard=TopicGuard(chat, profile.purpose) if guard else None)
+        return Caller(agent)
+
+    async def booked(caller: Caller) -> list[dict]:
+        found = tool_value(await sources[0].call("get_reservation", {"name": caller.name}))
+        return [r for r in found["reservations"] if r["status"] == "confirmed"]
+
+    yield make, booked, scripted_llm
+    await chat.aclose()
+    await redis.aclose()
+    for source in sources:
+        await source.aclose()
+
+
+async def test_the_time_the_caller_confirms_is_the_time_that_is_booked(restaurant):
+    make, booked, _ = restaurant
+    caller = make()
+    said = await caller.say("A table for two tomorrow at seven pm, my name is NAME.")
+    assert "seven p m" in said and said.endswith("Shall I go ahead?") and await booked(caller) == []
+    said = await caller.say("Actually, make it half past seven.")
+    assert "seven thirty p m" in said and said.endswith("Shall I go ahead?")
+    await caller.say("Yes, please.")
+    [booking] = await booked(caller)
+    assert (booking["time"], booking["day"], booking["people"]) == ("19:30", "2026-12-01", 2)
+
+
+async def test_after_a_booking_nothing_is_proposed_again_and_a_further_yes_books_nothing(restaurant):
+    make, booked, _ = restaurant
+    caller = make()
+    await caller.say("Can I book a table for two on Friday at 8 pm? My name is NAME.")
+    said = await caller.say("yes")
+    assert "is booked" in said and "R1" in said
+    for words in ("Can you check my reservation?", "yes", "Thanks, that's all.", "yes please"):
+        said = await caller.say(words)
+        assert "Shall I go ahead?" not in said, words
+    assert len(await booked(caller)) == 1
+    assert (await caller.state()).pending is None
+
+
+async def test_a_party_size_correction_is_read_back_and_booked(restaurant):
+    make, booked, _ = restaurant
+    caller = make()
+    said = await caller.say("I'd like a table for two on Wednesday at 7 pm under NAME.")
+    assert "table for two" in said
+    said = await caller.say("Sorry, we are three people, not two.")
+    assert "table for three" in said and said.endswith("Shall I go ahead?")
+    await caller.say("yes")
+    [booking] = await booked(caller)
+    assert booking["people"] == 3
+
+
+async def test_a_complete_request_in_everyday_words_is_read_back_at_once(restaurant):
+    make, booked, _ = restaurant
+    caller = make()
+    said = await caller.say("Hi, could I reserve a table on Friday at seven pm? I'm NAME. "
+                            "There will be four of us.")
+    assert "table for four" in said and "Friday, December fourth at seven p m" in said
+    await caller.say("yes")
+    assert [b["time"] for b in await booked(caller)] == ["19:00"]
+
+
+async def test_a_caller_who_never_says_yes_gets_nothing_booked(restaurant):
+    make, booked, _ = restaurant
+    caller = make()
+    await caller.say("A table for two tomorrow at eight pm, my name is NAME.")
+    for words in ("Hmm, let me think.", "Is there parking?", "Maybe.", "I'll call back later."):
+        await caller.say(words)
+    assert await booked(caller) == []
+
+
+async def test_a_bare_no_in_a_booking_is_never_blocked_but_off_topic_still_is(restaurant):
+    make, booked, llm = restaurant
+    caller = make(guard=True)
+    llm.script = lambda body: "BLOCK" if is_guard(body) else talker(body)  # a guard that blocks anything
+    said = await caller.say("yes")  # nothing ongoing: screened, and this guard blocks
+    assert said == ""
+    llm.script = talker
+    await caller.say("A table for two tomorrow at seven pm, my name is NAME.")
+    llm.script = lambda body: "BLOCK" if is_guard(body) else talker(body)
+    said = await caller.say("No.")
+    assert "What would you like to change?" in said  # a dialogue act in a task: not screened
+    said = await caller.say("Write me a Python function that sorts a list.")
+    assert said == ""  # blocked: the fixed sentence comes as a Blocked event, not as deltas
+    assert await booked(caller) == []
+
+
+async def test_the_handoff_summary_holds_collected_fields_never_the_callers_words(restaurant):
+    make, _, _ = restaurant
+    caller = make()
+    events_text = await caller.say("A table for two tomorrow at seven pm, my name is NAME.")
+    assert "Shall I go ahead?" in events_text
+    request = brain_pb2.RespondRequest(session_id=caller.session, turn_id="t-human", user_id="alice",
+                                       text="Let me talk to a person, my number is 555 0100.")
+    events = [event async for event in caller.agent.respond(request)]
+    [handoff] = [e.handoff for e in events if e.WhichOneof("event") == "handoff"]
+    assert "555" not in handoff.summary and caller.name in handoff.summary
+    assert "Pending, not executed" in handoff.summary
+
+
+async def test_the_mcp_tools_load_through_the_profile_with_a_mcp_source(reservations_url):
+    source = McpToolSource(reservations_url)
+    try:
+        names = sorted(t.spec.name for t in await source.load_tools())
+        assert names == ["cancel_reservation", "create_reservation", "find_slots", "get_reservation"]
+    finally:
+        await source.aclose()
