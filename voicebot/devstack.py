@@ -425,8 +425,9 @@ def start_mcp_servers(stack: Stack, profile: str, env: dict[str, str] | None = N
         token_env = server.get("auth_token_env")
         token = os.environ.get(token_env or "", "") or secrets.token_urlsafe(16)
         port = launch.get("port", 0) if fixed_ports else 0
+        # prefix: a restart by the supervisor keeps this port (and token), which the brain was given.
         proc = stack.start_service(server["name"], launch["module"], {
-            **(env or {}), f"{prefix}_PORT": str(port), f"{prefix}_TOKEN": token})
+            **(env or {}), f"{prefix}_PORT": str(port), f"{prefix}_TOKEN": token}, prefix=prefix)
         procs[server["name"]] = proc
         url_var = re.match(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)", server["url"])
         if url_var:
