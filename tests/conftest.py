@@ -60,7 +60,8 @@ def fake_llm():
 def scripted_llm(fake_llm):
     """The session's fake LLM, reset to its defaults for one test."""
     fake_llm.script = FakeLLM.script
-    fake_llm.fail_next, fake_llm.delay_s = 0, 0.0
+    fake_llm.fail_next, fake_llm.delay_s, fake_llm.fail_status = 0, 0.0, 503
+    fake_llm.fail_headers = {}
     fake_llm.requests.clear()
     yield fake_llm
     fake_llm.script = FakeLLM.script

@@ -25,7 +25,7 @@ class BrainSettings(ServiceSettings):
     # health probe (a server that stops answering gives up after one probe timeout).
     llm_first_token_timeout_s: float = 20.0
     llm_probe_after_s: float = 1.0
-    llm_probe_timeout_s: float = 0.5
+    llm_probe_timeout_s: float = 0.8
     # Code-enforced caps per turn; when one hits, one last call without tools answers.
     max_llm_calls: int = 4
     max_turn_tokens: int = 600

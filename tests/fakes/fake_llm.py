@@ -31,6 +31,7 @@ class FakeLLM:
     script: Callable[[dict[str, Any]], str | dict[str, Any]] = lambda _body: "Sure, I can help with that."
     fail_next: int = 0
     fail_status: int = 503
+    fail_headers: dict[str, str] = field(default_factory=dict)  # e.g. {"Retry-After": "1"} with 429
     delay_s: float = 0.0
     chunk_words: int = 2
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -47,7 +48,8 @@ class FakeLLM:
             self.requests.append(body)
             if self.fail_next > 0:
                 self.fail_next -= 1
-                return JSONResponse({"error": "scripted failure"}, status_code=self.fail_status)
+                return JSONResponse({"error": "scripted failure"}, status_code=self.fail_status,
+                                    headers=self.fail_headers)
             reply = self.script(body)
             if isinstance(reply, str):
                 reply = {"content": reply}
