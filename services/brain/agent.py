@@ -28,6 +28,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from services.brain.actions import Actions, WriteOutcome
 from services.brain.config import BrainSettings
 from services.brain.context import build_messages
@@ -60,6 +62,7 @@ from services.brain.spoken import SpokenTextCleaner
 from services.brain.state import SessionState
 from services.brain.toolcalls import StructuredCallAccumulator, TextToolCallFilter, ToolCall, new_call_id
 from services.brain.tools import Dispatcher, ToolContext, ToolKind, ToolRegistry, ToolResult
+from voicebot.common.metrics import REDIS_ERRORS
 from voicebot.common.telemetry import tracer
 from voicebot.v1 import brain_pb2
 
@@ -279,7 +282,14 @@ class Agent:
             history.turns.append(stored)
             history.state = state
 
-        await self.store.update(request.user_id, request.session_id, append)
+        try:
+            await self.store.update(request.user_id, request.session_id, append)
+        except RedisError as exc:
+            # The caller already heard the reply: a lost history write must not turn it into
+            # an error. The next turn goes on from the last state Redis kept.
+            REDIS_ERRORS.labels("brain").inc()
+            turn.record["history_write_failed"] = True
+            log.error("could not store the turn in history", extra={"error": repr(exc)})
         return brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
             text=reply, dialog_state=state.mode.value, fallback=turn.fallback))
 

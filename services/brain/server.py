@@ -22,6 +22,7 @@ from services.brain.tools import ToolRegistry
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.common.metrics import REDIS_ERRORS
+from voicebot.common.redis import connect_redis
 from voicebot.common.telemetry import (
     ids,
     incoming_context,
@@ -89,7 +90,7 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) 
         clients.append(guard_chat)
         guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
                            profile.guard.block)
-    redis = aioredis.Redis.from_url(settings.redis_url)
+    redis = connect_redis(settings.redis_url)  # bounded reconnects, password, health checks
     store = SessionStore(redis, settings.session_ttl_s)
     agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile,
                   hooks=load_hooks(profile.hooks, profile))
