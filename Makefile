@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein clean
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-dialog bench-guard clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
@@ -36,6 +36,15 @@ bench-brain: setup
 
 bench-tts: setup
 	$(PY) -m services.tts.bench
+
+## Whole caller dialogues per profile through the running stack with the real model: task
+## success and safety violations, judged by what the MCP server recorded.
+bench-dialog: setup
+	$(PY) -m services.brain.bench_dialog $(ARGS)
+
+## The topic guard's block rates on tests/guard_corpora with the real model.
+bench-guard: setup
+	$(PY) -m services.brain.bench_guard $(ARGS)
 
 bench-bargein: setup
 	$(PY) -m gateway.bench

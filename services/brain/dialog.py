@@ -65,7 +65,8 @@ def classify_confirmation(text: str) -> Decision | None:
     if no:
         rest = text[no.end():].strip()
         return Decision.CORRECTION if rest and _CHANGE.search(rest) else Decision.NO
-    if _CHANGE.search(text) and re.match(r"^(?:actually|instead|make it|change|could we|can we|let's)",
+    if _CHANGE.search(text) and re.match(r"^(?:(?:sorry|oh|um|uh|well|hmm),?\s+)?(?:actually|instead|make it|"
+                                         r"change|could we|can we|let's|we are|we're|it's|it is|i meant)",
                                          text, re.I):
         return Decision.CORRECTION
     return None
@@ -106,15 +107,14 @@ def handoff_summary(state: Any, reason: str) -> str:
 
 _QUESTION_OR_REQUEST = re.compile(
     r"\?|^(?:what|why|how|who|where|when|which|can|could|would|will|do|does|is|are|tell|write|explain|"
-    r"give|show|help|let's|please)\b", re.I)
+    r"give|show|help|let's|please)\b|\b(?:tell me|write|explain|give me|show me|help me|solve|translate|"
+    r"draft|what|why|how|who)\b", re.I)
 
 
 def is_dialogue_act(text: str) -> bool:
     """A short answer inside a task: yes, no, a correction, a number, a name, a date or time.
     Such words are never screened as off-topic; a question or a request still is."""
     words = text.split()
-    if not words or len(words) > 12:
+    if not words or len(words) > 12 or _QUESTION_OR_REQUEST.search(text.strip()):
         return False
-    if classify_confirmation(text) is not None:
-        return True
-    return len(words) <= 5 and not _QUESTION_OR_REQUEST.search(text.strip())
+    return classify_confirmation(text) is not None or len(words) <= 5

@@ -19,6 +19,7 @@ calls the agent: it returns ``Reply``, ``RunPending`` or ``Continue``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from services.brain.dialog import Decision, asks_for_human, classify_confirmatio
 from services.brain.profile import Sentences
 from services.brain.session_store import Turn
 from services.brain.state import PendingAction, SessionState
+from voicebot.common.speech_text import speakable
 
 Classifier = Callable[[str, str], Awaitable[Decision]]  # (read-back, caller's words) -> decision
 
@@ -59,10 +61,16 @@ def confirm_sentence(sentences: Sentences, action: PendingAction, again: bool = 
     return template.format(action=action.action)
 
 
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[^\w]+", " ", speakable(text).lower()).split())
+
+
 def heard_in_full(action: PendingAction, last_turn: Turn | None) -> bool:
-    """The read-back was the bot's last turn and the caller did not cut it off."""
-    return (last_turn is not None and last_turn.turn_id == action.read_back_turn
-            and not last_turn.interrupted)
+    """The read-back was the bot's last turn, and the caller heard all of the action in it
+    (a "yes" over the closing question is fine; one over the details is not)."""
+    if last_turn is None or last_turn.turn_id != action.read_back_turn:
+        return False
+    return not last_turn.interrupted or _words(action.action) in _words(last_turn.assistant)
 
 
 async def decide(state: SessionState, text: str, turn_id: str, last_turn: Turn | None,

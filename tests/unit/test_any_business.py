@@ -70,10 +70,14 @@ class Caller:
     def __init__(self, agent: Agent, session: str | None = None) -> None:
         self.agent, self.session, self.turns = agent, session or uuid.uuid4().hex, 0
 
-    async def say(self, text: str) -> list[brain_pb2.RespondEvent]:
+    async def say(self, text: str, heard_only: str | None = None) -> list[brain_pb2.RespondEvent]:
+        """``heard_only``: the caller cut the previous reply off after these words (barge-in)."""
         self.turns += 1
+        previous = None
+        if heard_only is not None:
+            previous = brain_pb2.SpokenPart(turn_id=f"t{self.turns - 1}", text=heard_only, interrupted=True)
         request = brain_pb2.RespondRequest(session_id=self.session, turn_id=f"t{self.turns}",
-                                           user_id="alice", text=text)
+                                           user_id="alice", text=text, previous_reply=previous)
         return [event async for event in self.agent.respond(request)]
 
     async def state(self):
@@ -163,6 +167,23 @@ async def test_yes_runs_only_what_the_immediately_preceding_turn_read_back(desk)
     assert helpdesk.writes() == []  # not heard just now: the read-back comes again instead
     assert "open a high priority ticket" in spoken(events) and "Shall I go ahead?" in spoken(events)
     await caller.say("yes")
+    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
+
+
+async def test_a_yes_over_the_details_of_the_read_back_gets_it_read_back_again(desk):
+    caller, helpdesk, _ = desk
+    await caller.say("my printer is jammed, please open a ticket")
+    events = await caller.say("yes", heard_only="Let me check: open a high priority")
+    assert helpdesk.writes() == [] and "Shall I go ahead?" in spoken(events)
+    await caller.say("yes")
+    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
+
+
+async def test_a_yes_over_the_closing_question_runs_what_was_heard(desk):
+    caller, helpdesk, _ = desk
+    events = await caller.say("my printer is jammed, please open a ticket")
+    heard = spoken(events).split(" Shall I")[0]  # the whole action, then the caller's yes
+    await caller.say("yes", heard_only=heard + " Shall")
     assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
 
 
