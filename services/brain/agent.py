@@ -181,6 +181,7 @@ class Agent:
                 yield event
             if turn.record.get("guard", {}).get("allowed") is False:
                 outcome = "blocked"
+                await self._store_blocked(turn)
             else:
                 outcome = "fallback" if turn.fallback else "completed"
                 final = await self._finish(turn)
@@ -197,6 +198,17 @@ class Agent:
             if not recorded:
                 # Cancelled (barge-in) or failed: recorded in the background, the turn is gone.
                 self._background_record(turn, "cancelled")
+
+    async def _store_blocked(self, turn: TurnRun) -> None:
+        """Nothing the blocked turn made is stored, and its state changes are dropped; but the
+        exchange itself is, so a read-back before it no longer counts as "just heard"."""
+        request = turn.request
+        said = Turn(request.turn_id, request.text, self.sentences.blocked)
+        try:
+            await self.store.update(request.user_id, request.session_id, lambda h: h.turns.append(said))
+        except RedisError as exc:
+            REDIS_ERRORS.labels("brain").inc()
+            log.error("could not store the blocked turn", extra={"error": repr(exc)})
 
     def _skips_guard(self, turn: TurnRun) -> bool:
         """Short dialogue acts inside an ongoing task are never screened (a bare "No." is not

@@ -18,6 +18,7 @@ import yaml
 
 from services.brain.agent import Agent
 from services.brain.config import BrainSettings
+from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.profile import parse_profile
 from services.brain.session_store import SessionStore
@@ -208,6 +209,21 @@ async def test_a_correction_the_model_does_not_turn_into_a_call_leaves_nothing_t
     assert (await caller.state()).pending is None
     await caller.say("yes")
     assert helpdesk.writes() == []  # a proposal the model only talked about cannot be confirmed
+
+
+async def test_a_blocked_turn_after_the_read_back_means_a_yes_gets_the_read_back_again(desk):
+    caller, helpdesk, llm = desk
+    agent = caller.agent
+    agent.guard = TopicGuard(agent.chat, agent.profile.purpose)
+    await caller.say("my printer is jammed, please open a ticket")
+    llm.script = lambda body: "BLOCK" if is_guard(body) else desk_model(body)
+    await caller.say("Actually I'd rather have it as a low priority one, you know what I mean?")
+    llm.script = desk_model
+    events = await caller.say("yes")
+    assert helpdesk.writes() == []  # the bot's last words were the blocked sentence, not the read-back
+    assert "Shall I go ahead?" in spoken(events)
+    await caller.say("yes")
+    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
 
 
 async def test_a_bare_no_drops_the_pending_action_and_asks_what_to_change(desk):
