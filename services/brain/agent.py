@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from services.brain.actions import Actions, WriteOutcome
 from services.brain.config import BrainSettings
-from services.brain.context import build_messages
+from services.brain.context import build_messages, history_messages, state_text
 from services.brain.dialog import (
     CONFIRMATION_SCHEMA,
     Decision,
@@ -94,6 +94,7 @@ class TurnRun:
     stop: str | None = None
     fallback: bool = False
     note: str = ""  # for this turn's model calls only
+    context: str = ""  # the state block of this turn's prompts (stored with the turn)
     proposed: bool = False  # a write became the pending action: code reads it back
     unreachable: bool = False  # a tool server was down: code says it cannot check
     first_text_at: float | None = None
@@ -146,7 +147,7 @@ class Agent:
         guard's prompt once at start, so the first caller does not pay a cold prefill
         (seconds on a CPU); the LLM server's prompt cache keeps them."""
         started = time.perf_counter()
-        messages = build_messages(self.system, [], "Hello.", [], SessionState().model_view())
+        messages = build_messages(self.system, [], "Hello.", [], state_text(SessionState().model_view()))
         try:
             async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
                 pass
@@ -287,7 +288,7 @@ class Agent:
         turn.record["reply"] = reply
         turn.record["dialog_state"] = turn.state.mode.value
         # Reached only when the turn completed: nothing half-finished is stored.
-        stored = Turn(request.turn_id, request.text, reply, steps=turn.steps)
+        stored = Turn(request.turn_id, request.text, reply, steps=turn.steps, context=turn.context)
         state = turn.state
 
         def append(history: SessionHistory) -> None:
@@ -295,7 +296,9 @@ class Agent:
             history.state = state
 
         try:
-            await self.store.update(request.user_id, request.session_id, append)
+            history = await self.store.update(request.user_id, request.session_id, append)
+            if self.settings.prefill_after_reply and not turn.fallback:
+                self._in_background(self._prefill(history.turns))
         except RedisError as exc:
             # The caller already heard the reply: a lost history write must not turn it into
             # an error. The next turn goes on from the last state Redis kept.
@@ -429,12 +432,12 @@ class Agent:
         for index in range(self.limits.max_llm_calls):
             last = index == self.limits.max_llm_calls - 1 or turn.stop is not None
             use_tools = len(self.tools) > 0 and not last
-            note = turn.note
-            if not use_tools and turn.steps:
-                note = " ".join(filter(None, [note, ANSWER_NOW]))
+            if not turn.context:  # fixed for the turn and stored with it: later prompts repeat it
+                turn.context = state_text(turn.state.model_view(turn.note))
+            instruction = ANSWER_NOW if not use_tools and turn.steps else ""
             messages = build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
-                                      turn.state.model_view(note), self.settings.recent_turns,
-                                      self.settings.history_turns)
+                                      turn.context, self.settings.recent_turns, self.settings.history_turns,
+                                      instruction)
             outcome = await self._call_llm(turn, messages, use_tools, events)
             if outcome is None or not outcome[1] or last:
                 return
@@ -478,6 +481,10 @@ class Agent:
                 structured.add(chunk.tool_calls)
                 if chunk.usage:
                     self._usage(turn, chunk.usage, call_record)
+                if chunk.timings:  # llama.cpp's server says how much of the prompt it had cached
+                    call_record.update(cached_tokens=chunk.timings.get("cache_n"),
+                                       prefill_tokens=chunk.timings.get("prompt_n"),
+                                       prefill_ms=round(chunk.timings.get("prompt_ms") or 0))
                 speakable = cleaner.clean(text_calls.push(chunk.text))
                 if speakable:
                     call_record.setdefault("ttft_ms", round((time.perf_counter() - started) * 1000))
@@ -597,9 +604,24 @@ class Agent:
             LLM_TOKENS.labels("cached").inc(cached)
 
     def _background_record(self, turn: TurnRun, outcome: str) -> None:
-        task = asyncio.create_task(self._store_record(turn, outcome))
+        self._in_background(self._store_record(turn, outcome))
+
+    def _in_background(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _prefill(self, turns: list[Turn]) -> None:
+        """While the caller listens, have the LLM server cache the next prompt's prefix (this
+        reply included, as the next prompt will carry it), so at the endpoint only the state
+        block and the caller's words are new."""
+        messages = history_messages(self.system, turns, self.settings.recent_turns,
+                                    self.settings.history_turns)
+        try:
+            async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
+                pass
+        except (LLMUnavailable, LLMRequestError) as exc:
+            log.info("prefill after the reply failed", extra={"error": str(exc)})
 
     async def _store_record(self, turn: TurnRun, outcome: str) -> None:
         turn.record.update(outcome=outcome, ms=round((self.clock() - turn.started) * 1000))

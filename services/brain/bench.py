@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from services.brain.context import build_messages
+from services.brain.context import build_messages, state_text
 from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.profile import load_profile
@@ -60,7 +60,7 @@ async def ttft(chat: OpenAIChatClient, messages) -> float:
 
 def turn_messages(system: str, turns: int, question: str) -> list[dict]:
     history = [Turn(f"t{i}", q, a) for i, (q, a) in enumerate(HISTORY[:turns])]
-    return build_messages(system, history, question, [], {"dialog_state": "listen"})
+    return build_messages(system, history, question, [], state_text({"dialog_state": "listen"}))
 
 
 async def measure(main: OpenAIChatClient, guard_same: TopicGuard, guard_own: TopicGuard | None,

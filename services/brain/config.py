@@ -40,6 +40,8 @@ class BrainSettings(ServiceSettings):
     profile: str = ""
     # How long the start waits for the profile's MCP servers to answer, then fails.
     mcp_connect_wait_s: float = 30.0
+    # After each reply, have the LLM server cache the next prompt's prefix while the caller listens.
+    prefill_after_reply: bool = True
     # At start, prefill the fixed prompt start (and the guard's) before serving.
     warm_up_timeout_s: float = 90.0
     redis_url: str = "redis://127.0.0.1:6379/0"

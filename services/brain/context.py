@@ -3,10 +3,12 @@
 Order: instructions, (tool definitions: sent as ``tools``, which the server
 renders right after the instructions, sorted and serialised stably by the
 registry), older turns as question and answer only, recent turns in full
-with their tool calls and results, the current question and this turn's tool
-steps, and the session-state block last. Everything before the state block
-only grows between consecutive calls of a session, so each call's prefix is
-the previous call's prompt.
+(each with the state block it was sent with, its tool calls and results),
+then this turn's state block, the caller's words and this turn's tool steps.
+The state block sits *before* the caller's words and is stored with the turn,
+so the next turn's prompt repeats this one byte for byte: at the endpoint only
+the new state block and the caller's words are new to the server's cache (the
+agent prefills the rest right after each reply).
 
 Older turns collapse to question/answer in steps of ``recent_turns`` rather
 than one per turn, so the cache breaks once every few turns, not every turn.
@@ -29,16 +31,29 @@ def window_start(total: int, keep: int, step: int) -> int:
 
 def turn_messages(turn: Turn, full: bool) -> list[dict[str, Any]]:
     spoken = turn.assistant + (" ..." if turn.interrupted else "")
-    messages: list[dict[str, Any]] = [{"role": "user", "content": turn.user}]
+    messages: list[dict[str, Any]] = []
+    if full and turn.context:
+        messages.append({"role": "system", "content": turn.context})  # as it was sent then
+    messages.append({"role": "user", "content": turn.user})
     if full:
         messages += turn.steps
     messages.append({"role": "assistant", "content": spoken})
     return messages
 
 
-def state_block(state: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "system",
-            "content": "Session state: " + json.dumps(state, sort_keys=True, ensure_ascii=False)}
+def state_text(state: dict[str, Any]) -> str:
+    return "Session state: " + json.dumps(state, sort_keys=True, ensure_ascii=False)
+
+
+def history_messages(system: str, turns: list[Turn], recent_turns: int = 4,
+                     max_turns: int = 24) -> list[dict[str, Any]]:
+    """Instructions and the turns so far: the prefix every next prompt of the session starts with."""
+    turns = turns[window_start(len(turns), max_turns, recent_turns):]
+    full_from = window_start(len(turns), 2 * recent_turns - 1, recent_turns)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for index, turn in enumerate(turns):
+        messages += turn_messages(turn, full=index >= full_from)
+    return messages
 
 
 def build_messages(
@@ -46,16 +61,17 @@ def build_messages(
     turns: list[Turn],
     text: str,
     steps: list[dict[str, Any]],
-    state: dict[str, Any],
+    context: str,
     recent_turns: int = 4,
     max_turns: int = 24,
+    instruction: str = "",
 ) -> list[dict[str, Any]]:
-    turns = turns[window_start(len(turns), max_turns, recent_turns):]
-    full_from = window_start(len(turns), 2 * recent_turns - 1, recent_turns)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    for index, turn in enumerate(turns):
-        messages += turn_messages(turn, full=index >= full_from)
+    """The prompt: history, this turn's state block (``context``: fixed for the turn, stored with
+    it), the caller's words, this turn's tool steps, and a last-call ``instruction`` if any."""
+    messages = history_messages(system, turns, recent_turns, max_turns)
+    messages.append({"role": "system", "content": context})
     messages.append({"role": "user", "content": text})
     messages += steps
-    messages.append(state_block(state))
+    if instruction:
+        messages.append({"role": "system", "content": instruction})
     return messages

@@ -41,6 +41,7 @@ class ChatChunk:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None  # llama.cpp's server: prompt_n, cache_n, prompt_ms, ...
 
 
 class ChatFunction(Protocol):
@@ -237,7 +238,7 @@ def parse_sse_line(line: str) -> ChatChunk | None:
     except json.JSONDecodeError:
         log.warning("unparseable stream line", extra={"line": data[:200]})
         return None
-    chunk = ChatChunk(usage=event.get("usage"))
+    chunk = ChatChunk(usage=event.get("usage"), timings=event.get("timings"))
     for choice in event.get("choices") or []:
         delta = choice.get("delta") or {}
         chunk.text += delta.get("content") or ""

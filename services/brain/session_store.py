@@ -31,6 +31,8 @@ class Turn:
     interrupted: bool = False
     # This turn's assistant tool-call messages and tool results, in order.
     steps: list[dict[str, Any]] = field(default_factory=list)
+    # The state block the turn's prompt carried, kept so later prompts repeat it byte for byte.
+    context: str = ""
 
 
 @dataclass

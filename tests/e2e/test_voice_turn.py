@@ -40,7 +40,7 @@ def real_llm_gateway(services):
         _, gateway = start_brain_and_gateway(
             stack, redis_url=services.redis_url, llm_base_url=f"http://127.0.0.1:{llm.ready['http']}/v1",
             tokens=TOKENS, stt=services.stt, tts=services.tts, name="real", brain_env={
-                "BRAIN_GUARD_LLM_BASE_URL": guard_url, **profile_env},
+                "BRAIN_GUARD_LLM_BASE_URL": guard_url, "BRAIN_PREFILL_AFTER_REPLY": "true", **profile_env},
         )
         gateway_port = gateway.ready["http"]
         yield f"ws://127.0.0.1:{gateway_port}/v1/call"

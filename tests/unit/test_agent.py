@@ -270,7 +270,7 @@ async def test_read_only_calls_of_one_step_run_concurrently(brain):
 
 
 # ---- the topic guard ---------------------------------------------------------
-async def test_guard_block_cancels_the_loop_and_stores_nothing(brain):
+async def test_guard_block_cancels_the_loop_and_stores_nothing_it_made(brain):
     make, store, llm, tools = brain
     llm.script = lambda b: ({"content": "BLOCK", "delay_s": 0.3} if is_guard(b) else
                             {"tool_calls": [{"name": "find_slots", "arguments": {"day": "now"}}]})
@@ -278,7 +278,8 @@ async def test_guard_block_cancels_the_loop_and_stores_nothing(brain):
     events = await run(make(guard=True), req)
     assert kinds(events) == ["blocked"]
     assert tools.runs == []  # the tool waited for the guard, and the guard said no
-    assert (await store.load("alice", req.session_id)).turns == []
+    [turn] = (await store.load("alice", req.session_id)).turns  # the exchange, and only that
+    assert turn.assistant == Profile().sentences.blocked and turn.steps == []
     assert (await store.records("alice", req.session_id))[-1]["outcome"] == "blocked"
 
 
@@ -315,7 +316,7 @@ async def test_guard_down_lets_the_turn_through(brain):
 # ---- context, history, cancellation -------------------------------------------
 async def test_prompt_prefix_is_byte_stable_between_calls(brain):
     make, _, llm, _ = brain
-    llm.script = lambda b: "Tuesday works." if b["messages"][-2]["role"] == "tool" else \
+    llm.script = lambda b: "Tuesday works." if b["messages"][-1]["role"] == "tool" else \
         {"tool_calls": [{"name": "find_slots", "arguments": {"day": last_user_text(b)}}]}
     agent, session = make(), uuid.uuid4().hex
     for number, text in enumerate(["Tuesday?", "Wednesday?", "Thursday?"]):
@@ -323,9 +324,31 @@ async def test_prompt_prefix_is_byte_stable_between_calls(brain):
     bodies = main_requests(llm)
     assert len(bodies) == 6
     for before, after in itertools.pairwise(bodies):
-        prefix = json.dumps(before["messages"][:-1], sort_keys=True)[:-1]  # all but the state block
+        # The whole previous prompt, state blocks included, is where the next one starts.
+        prefix = json.dumps(before["messages"], sort_keys=True)[:-1]
         assert json.dumps(after["messages"], sort_keys=True).startswith(prefix)
         assert json.dumps(before.get("tools")) == json.dumps(after.get("tools")) or "tools" not in after
+
+
+async def test_the_next_prompt_is_prefilled_while_the_caller_listens(redis_url, scripted_llm):
+    redis = aioredis.Redis.from_url(redis_url)
+    settings = BrainSettings(llm_base_url=scripted_llm.base_url, prefill_after_reply=True)
+    chat = OpenAIChatClient(settings.llm_base_url, "m")
+    agent, session = Agent(settings, chat, SessionStore(redis, 60)), uuid.uuid4().hex
+    scripted_llm.script = lambda _b: "We open at noon."
+    await run(agent, request("When do you open?", session, "t1"))
+    await asyncio.gather(*agent._background)
+    prefill = scripted_llm.requests[-1]
+    assert prefill["max_tokens"] == 1 and prefill["messages"][-1] == {"role": "assistant",
+                                                                      "content": "We open at noon."}
+    await run(agent, request("And on Sundays?", session, "t2"))
+    await asyncio.gather(*agent._background)
+    turn_two = scripted_llm.requests[-2]
+    assert turn_two["messages"][:len(prefill["messages"])] == prefill["messages"]
+    new = turn_two["messages"][len(prefill["messages"]):]
+    assert [m["role"] for m in new] == ["system", "user"]  # only the state block and the words
+    await chat.aclose()
+    await redis.aclose()
 
 
 async def test_history_has_no_orphan_tool_calls(brain):
