@@ -1,38 +1,15 @@
 """One WebSocket connection: protocol handling, the STT stream, turns, barge-in.
 
-Client messages are handled one at a time; STT events and turns run in their
-own tasks. A new turn always interrupts the one in flight.
+Client messages are handled one at a time; STT events and turns run in their own tasks. A new
+turn always interrupts the one in flight. The decisions live in pure modules: barge-in in
+``gateway/bargein.py`` (why it pauses first and confirms later is explained there), what was
+heard in ``gateway/spoken.py``, the STT stream's merging and backoff in ``gateway/stt_link.py``;
+this class applies them to the socket and the turn tasks.
 
-Barge-in, and why it works this way. The person may start speaking while
-the bot's reply is in flight (being made or being heard). A cough, a click
-or a short "mm" must not cut the bot off, yet the bot must not talk over a
-real interruption either. So it goes in two steps:
-
-1. ``SpeechStarted`` (the STT's VAD saw ~64 ms of speech) *pauses* the turn's
-   playout within one audio frame: no frame leaves after that until it is
-   decided. Nothing is dropped and the client keeps playing the short lead it
-   holds (``GATEWAY_PLAYBACK_LEAD_MS``), so a pause that ends soon is not
-   heard at all, while a real interruption stops reaching the ear at once.
-2. It is *confirmed* by a partial (or final) transcript with words over at
-   least ``GATEWAY_BARGE_IN_MIN_WORDS_MS`` of speech (Whisper readily hears
-   "up" or "you" in a click; fillers such as "uh", "mm" are not words here), or
-   by ``GATEWAY_BARGE_IN_MIN_SPEECH_MS`` of stream time since the onset while
-   the utterance is still open. That figure counts the endpointer's closing
-   silence too (the gateway only learns that speech ended from
-   ``EndOfUtterance``, ``STT_MIN_SILENCE_MS`` later), so it must stay above
-   that silence plus the longest noise to ignore. Confirmed: within the same
-   frame the playout is stopped (its frames dropped), ``interrupt`` is sent,
-   what was heard is worked out from the audio sent and the client's
-   ``playback.position``, and the brain and TTS calls are cancelled; the next
-   ``Respond`` carries the spoken part.
-   Not confirmed (``EndOfUtterance`` came first and the final transcript has
-   no such words): a false start. The playout resumes where it paused, with
-   the same turn's next frame; nothing is replayed, and that final does not
-   start a turn either.
-
-A new turn never replays the interrupted one: its audio comes from a new TTS
-call, and a turn's frames are checked under the send lock against its
-``interrupted`` flag, so no frame of it follows its ``interrupt``.
+A new turn never replays the interrupted one: its audio comes from a new TTS call, and a
+turn's frames are checked under the send lock against its ``interrupted`` flag, so no frame of
+it follows its ``interrupt``. Every failure is heard: an upstream that fails mid-turn gets an
+``error`` event and then a fallback sentence on the same turn (``gateway/fallback.py``).
 """
 
 from __future__ import annotations
@@ -40,10 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +26,18 @@ import grpc
 from opentelemetry import trace
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from gateway.bargein import Action, BargeInDetector, Decision, Pending, Rules, has_words
+from gateway.capacity import Capacity
 from gateway.config import GatewaySettings
-from gateway.metrics import BARGE_IN_FALSE_STARTS, BARGE_IN_SECONDS, BARGE_INS, CLIENT_ERRORS, TURNS
+from gateway.fallback import FallbackVoice, chime
+from gateway.metrics import (
+    BARGE_IN_FALSE_STARTS,
+    BARGE_IN_SECONDS,
+    BARGE_INS,
+    CLIENT_ERRORS,
+    FALLBACKS,
+    TURNS,
+)
 from gateway.playout import Playout
 from gateway.protocol import (
     InputText,
@@ -65,7 +50,9 @@ from gateway.protocol import (
     parse_client_text,
 )
 from gateway.sessions import SessionRegistry
-from gateway.turn import SpokenTracker, TurnRequest, TurnRunner, TurnTimings, cancel_task
+from gateway.spoken import SpokenTracker
+from gateway.stt_link import SttLink
+from gateway.turn import TurnFailed, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from gateway.upstreams import Upstreams
 from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
 from voicebot.v1 import brain_pb2, stt_pb2
@@ -101,45 +88,6 @@ class ActiveTurn:
         return not self.task.done() or self.spoken.playing(now)
 
 
-@dataclass
-class PendingBargeIn:
-    """Speech started while the bot's reply was in flight; not yet confirmed."""
-
-    turn: ActiveTurn
-    utterance: int
-    onset_ms: int
-    detected_at: float
-    # Stream time already received when SpeechStarted came: how far STT runs behind.
-    detected_stream_ms: int = 0
-    ended: bool = False  # EndOfUtterance came: the final transcript decides
-
-    def long_enough(self, received_ms: int, now: float, min_speech_ms: int) -> bool:
-        """The utterance is still open after ``min_speech_ms`` since its onset.
-
-        Counted in stream time (the audio received) *and* in wall time since
-        SpeechStarted: a client that sends a burst of audio is ahead of what STT has
-        processed, and the EndOfUtterance of a short sound may still be on its way.
-        """
-        if self.ended:
-            return False
-        detected_late_ms = self.detected_stream_ms - self.onset_ms
-        return (received_ms - self.onset_ms >= min_speech_ms
-                and (now - self.detected_at) * 1000 + detected_late_ms >= min_speech_ms)
-
-
-# Sounds that are not an interruption when they are all there is.
-FILLERS = {"uh", "um", "umm", "er", "erm", "eh", "ah", "oh", "mm", "mmm", "hm", "hmm", "mhm", "uh-huh"}
-
-
-def has_words(text: str) -> bool:
-    return any(ch.isalnum() for ch in text)
-
-
-def spoken_words(text: str) -> list[str]:
-    """The words of a transcript that mean something (fillers and backchannels left out)."""
-    return [w for w in re.findall(r"[\w'-]+", text.lower()) if w.strip("'-") not in FILLERS]
-
-
 class TurnChannel:
     """A turn's output: its audio goes out only while it is the live, unpaused turn."""
 
@@ -160,36 +108,39 @@ class TurnChannel:
         return sent or not self._live()  # not live: the playout is stopped, the frame is moot
 
     async def audio_event(self, kind: str) -> None:
+        if kind == "audio.start" and self.turn.announced:
+            return  # a fallback after part of the reply continues the same audio
         sent = await self.call._send(text=event(kind, turn_id=self.turn.turn_id), still_valid=self._live)
         self.turn.announced = self.turn.announced or (sent and kind == "audio.start")
 
 
 class Call:
     def __init__(self, ws: WebSocket, user_id: str, settings: GatewaySettings,
-                 upstreams: Upstreams, sessions: SessionRegistry) -> None:
+                 upstreams: Upstreams, sessions: SessionRegistry, fallback: FallbackVoice | None = None,
+                 capacity: Capacity | None = None) -> None:
         self.ws = ws
         self.user_id = user_id
         self.settings = settings
         self.upstreams = upstreams
         self.sessions = sessions
+        self.fallback = fallback
+        self.capacity = capacity
         self.session: SessionStart | None = None
         self.session_id: str | None = None
         self.turn: ActiveTurn | None = None
         self.previous_reply: brain_pb2.SpokenPart | None = None
         self._send_lock = asyncio.Lock()
-        # Audio for STT; an UtteranceContext rides in the same queue to keep its order.
-        self._audio: asyncio.Queue[bytes | stt_pb2.UtteranceContext | None] | None = None
-        self._stt_task: asyncio.Task | None = None
-        self._received_ms = 0
-        # (stream ms at the end of a frame, arrival time): maps VAD times to wall time.
-        self._arrivals: deque[tuple[int, float]] = deque(maxlen=3000)
+        self._stt: SttLink | None = None
         self._pending_timings: TurnTimings | None = None
         # Root `turn` spans opened at speech onset, by utterance, until a turn takes them.
         self._utterance_spans: dict[int, trace.Span] = {}
-        self._barge_in: PendingBargeIn | None = None
+        self._barge_in = BargeInDetector(Rules(settings.barge_in_min_speech_ms,
+                                               settings.barge_in_min_words_ms))
         # What the person said in a turn that was cut off before any of its reply
         # went out (they went on speaking): it leads the next turn's text.
         self._unanswered: str | None = None
+        self._rate_limited_at = 0.0
+        self._utterance_open = False  # SpeechStarted came and its final has not
 
     # ---- sending -------------------------------------------------------
     async def send_event(self, kind: str, **fields) -> None:
@@ -262,6 +213,8 @@ class Call:
             if session_id is None:
                 raise ProtocolError("not_found", "no such session")
         self.session, self.session_id = start, session_id
+        if self.fallback is not None:
+            self.fallback.warm(start.language)
         await self.send_event(
             "session.started", session_id=session_id,
             audio={"encoding": "pcm16", "sample_rate": self.settings.output_sample_rate},
@@ -275,17 +228,12 @@ class Call:
             await self.send_error("payload_too_large",
                                   f"audio frame over {self.settings.max_audio_frame_bytes} bytes")
             return
-        if self._stt_task is None or self._stt_task.done():
-            self._open_stt()
-        self._received_ms += len(data) * 1000 // (2 * self.session.sample_rate)
-        self._arrivals.append((self._received_ms, time.perf_counter()))
-        try:
-            self._audio.put_nowait(data)
-        except asyncio.QueueFull:
+        now = time.perf_counter()
+        stt = self._stt or self._open_stt()
+        if not stt.send(data, now) and now - self._rate_limited_at >= 1.0:
+            self._rate_limited_at = now  # said at most once a second, not once per dropped frame
             await self.send_error("rate_limited", "audio arrives faster than it can be processed")
-        if self._barge_in is not None and self._barge_in.long_enough(
-                self._received_ms, time.perf_counter(), self.settings.barge_in_min_speech_ms):
-            await self._confirm_barge_in("min_speech")
+        await self._apply(self._barge_in.audio(stt.received_ms, now))
 
     # ---- STT -----------------------------------------------------------
     def _end_utterance_spans(self, outcome: str) -> None:
@@ -294,71 +242,78 @@ class Call:
             span.end()
         self._utterance_spans.clear()
 
-    def _open_stt(self) -> None:
-        self._end_utterance_spans("stt_stream_ended")  # a new stream numbers utterances afresh
-        self._audio = asyncio.Queue(maxsize=self.settings.max_pending_audio_frames)
-        self._received_ms = 0
-        self._arrivals.clear()
-        self._stt_task = asyncio.create_task(self._stt_stream(self._audio))
-
-    async def _stt_stream(self, audio: asyncio.Queue) -> None:
+    def _open_stt(self) -> SttLink:
         assert self.session is not None
+        config = stt_pb2.RecognitionConfig(session_id=self.session_id, language=self.session.language,
+                                           sample_rate=self.session.sample_rate, interim_results=True)
+        self._stt = SttLink(self.upstreams.stt.StreamingRecognize, config,
+                            on_event=self._on_stt_event, on_ended=self._on_stt_ended,
+                            on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
+                            max_message_bytes=self.settings.stt_max_message_bytes,
+                            idle_batch_ms=self.settings.stt_idle_batch_ms, busy=self._busy)
+        return self._stt
 
-        async def requests():
-            yield stt_pb2.RecognizeRequest(config=stt_pb2.RecognitionConfig(
-                session_id=self.session_id, language=self.session.language,
-                sample_rate=self.session.sample_rate, interim_results=True,
-            ))
-            while (chunk := await audio.get()) is not None:
-                if isinstance(chunk, stt_pb2.UtteranceContext):
-                    yield stt_pb2.RecognizeRequest(utterance=chunk)
-                else:
-                    yield stt_pb2.RecognizeRequest(audio=chunk)
+    def _busy(self) -> bool:
+        """An utterance is open or a reply is being made or heard: STT gets every frame at once."""
+        return self._utterance_open or (self.turn is not None and self.turn.audible(time.perf_counter()))
 
-        try:
-            async for ev in self.upstreams.stt.StreamingRecognize(requests()):
-                await self._on_stt_event(ev)
-        except grpc.aio.AioRpcError as exc:
-            log.warning("stt stream failed", extra={"code": str(exc.code()), "detail": exc.details()})
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                await self.send_error("bad_request", exc.details() or "audio rejected")
-            else:
-                await self.send_error("upstream_unavailable", "speech recognition is unavailable")
-        finally:
-            # No STT, no confirmation: a paused reply must not wait for ever.
-            if self._barge_in is not None:
-                self._false_start()
+    def _became_busy(self) -> None:
+        if self._stt is not None:
+            self._stt.wake()
+
+    async def _on_stt_ended(self) -> None:
+        """A stream ended: its utterances are gone (a new one numbers them afresh)."""
+        self._end_utterance_spans("stt_stream_ended")
+        self._pending_timings = None
+        self._utterance_open = False
+        await self._apply(self._barge_in.stt_ended())
+
+    async def _on_stt_down(self, code: grpc.StatusCode, detail: str) -> None:
+        """Told once per outage (the stream is retried with backoff meanwhile)."""
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            await self.send_error("bad_request", detail or "audio rejected")
+            return
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            if self.capacity is not None:
+                self.capacity.stt_refused()
+            await self.send_error("overloaded", "speech recognition is at capacity; retrying")
+        else:
+            await self.send_error("upstream_unavailable", "speech recognition is unavailable; retrying")
+        if self.turn is None or not self.turn.audible(time.perf_counter()):
+            self._start_fallback_turn("cant_hear", "stt")
 
     async def _on_stt_event(self, ev: stt_pb2.RecognizeEvent) -> None:
         kind = ev.WhichOneof("event")
         now = time.perf_counter()
         if kind == "speech_started":
+            self._utterance_open = True
+            self._became_busy()
             self._open_utterance_span(ev.utterance_index)
-            self._speech_started(ev.utterance_index, ev.speech_started.offset_ms, now)
+            turn = self.turn
+            audible = turn.turn_id if turn is not None and turn.audible(now) else None
+            await self._apply(self._barge_in.speech_started(
+                ev.utterance_index, ev.speech_started.offset_ms, audible_turn=audible,
+                received_ms=self._stt.received_ms if self._stt else 0, now=now))
         elif kind == "end_of_utterance":
-            if self._barge_in is not None and self._barge_in.utterance == ev.utterance_index:
-                self._barge_in.ended = True
-            self._pending_timings = TurnTimings(
-                speech_end=self._arrival_of(ev.end_of_utterance.end_ms), end_of_utterance=now,
-            )
+            self._barge_in.end_of_utterance(ev.utterance_index)
+            speech_end = self._stt.arrival_of(ev.end_of_utterance.end_ms) if self._stt else now
+            self._pending_timings = TurnTimings(speech_end=speech_end, end_of_utterance=now)
         elif kind == "transcript":
             await self._on_transcript(ev, now)
 
     async def _on_transcript(self, ev: stt_pb2.RecognizeEvent, now: float) -> None:
         text = ev.transcript.text.strip()
         final = ev.transcript.is_final
-        pending = self._barge_in
-        if pending is not None and pending.utterance == ev.utterance_index:
-            span_ms = ev.transcript.end_ms - ev.transcript.start_ms
-            if spoken_words(text) and span_ms >= self.settings.barge_in_min_words_ms:
-                await self._confirm_barge_in("final" if final else "partial")
-            elif final:
-                self._false_start()
-                span = self._utterance_span(ev.utterance_index)
-                if span is not None:
-                    span.set_attribute("voicebot.turn.outcome", "false_start")
-                    span.end()
-                return  # a sound too short to count while the bot spoke: not a turn either
+        self._utterance_open = self._utterance_open and not final
+        decision = self._barge_in.transcript(ev.utterance_index, text, ev.transcript.start_ms,
+                                             ev.transcript.end_ms, final)
+        await self._apply(decision)
+        if decision.action is Action.RESUME:
+            span = self._utterance_span(ev.utterance_index)
+            if span is not None:
+                span.set_attribute("voicebot.turn.outcome", "false_start")
+                span.end()
+            return  # a sound too short to count while the bot spoke: not a turn either
         if not final:
             if text:
                 await self.send_event("transcript.partial", turn_id="", text=text)
@@ -387,32 +342,35 @@ class Call:
         self._utterance_spans[utterance] = span
         context = stt_pb2.UtteranceContext(utterance_index=utterance, traceparent=dict(
             outgoing_metadata(trace.set_span_in_context(span))).get("traceparent", ""))
-        if self._audio is not None:
-            with contextlib.suppress(asyncio.QueueFull):
-                self._audio.put_nowait(context)
+        if self._stt is not None:
+            self._stt.send_context(context)
 
     def _utterance_span(self, utterance: int):
         return self._utterance_spans.pop(utterance, None)
 
-    def _arrival_of(self, stream_ms: int) -> float:
-        for end_ms, arrived in self._arrivals:
-            if end_ms >= stream_ms:
-                return arrived
-        return time.perf_counter()
-
     # ---- barge-in ------------------------------------------------------
-    def _speech_started(self, utterance: int, onset_ms: int, now: float) -> None:
+    async def _apply(self, decision: Decision) -> None:
+        """Carry out a barge-in decision on the turn it is about, if that is still the live one."""
+        if decision.action is Action.IGNORE or decision.pending is None:
+            return
+        pending = decision.pending
         turn = self.turn
-        if turn is None or not turn.audible(now):
-            return
-        turn.playout.pause()  # step 1: not one more frame until this speech is judged
-        self._barge_in = PendingBargeIn(turn, utterance, onset_ms, now, self._received_ms)
+        live = turn is not None and turn.turn_id == pending.turn_id and not turn.interrupted
+        if decision.action is Action.PAUSE:
+            if live:
+                turn.playout.pause()  # not one more frame until this speech is judged
+        elif decision.action is Action.CONFIRM:
+            if live:
+                await self._confirm_barge_in(turn, pending, decision.reason)
+        elif decision.action is Action.RESUME:
+            BARGE_IN_FALSE_STARTS.inc()
+            log.info("barge-in false start", extra={"turn_id": pending.turn_id,
+                                                    "utterance": pending.utterance,
+                                                    "reason": decision.reason})
+            if live:
+                turn.playout.resume()  # the same turn's next frame: nothing stale, nothing replayed
 
-    async def _confirm_barge_in(self, reason: str) -> None:
-        pending, self._barge_in = self._barge_in, None
-        if pending is None or pending.turn is not self.turn or pending.turn.interrupted:
-            return
-        turn = pending.turn
+    async def _confirm_barge_in(self, turn: ActiveTurn, pending: Pending, reason: str) -> None:
         confirmed_at = time.perf_counter()
         BARGE_INS.inc()
         await self._interrupt(turn)
@@ -422,21 +380,11 @@ class Call:
             # Still thinking when the person went on: they were not done ("Actually, | make it
             # three"). The next turn answers both parts instead of the first part alone.
             self._unanswered = turn.text
-        self._record_barge_in(pending, reason, confirmed_at, interrupted_at)
+        self._record_barge_in(turn, pending, reason, confirmed_at, interrupted_at)
 
-    def _false_start(self) -> None:
-        pending, self._barge_in = self._barge_in, None
-        if pending is None:
-            return
-        BARGE_IN_FALSE_STARTS.inc()
-        log.info("barge-in false start", extra={"turn_id": pending.turn.turn_id,
-                                                "utterance": pending.utterance})
-        if not pending.turn.interrupted:
-            pending.turn.playout.resume()  # the same turn's next frame: nothing stale, nothing replayed
-
-    def _record_barge_in(self, pending: PendingBargeIn, reason: str, confirmed_at: float,
+    def _record_barge_in(self, turn: ActiveTurn, pending: Pending, reason: str, confirmed_at: float,
                          interrupted_at: float) -> None:
-        last_sent = pending.turn.playout.last_sent_at or pending.detected_at
+        last_sent = turn.playout.last_sent_at or pending.detected_at
         steps = {
             "last_audio": max(0.0, last_sent - pending.detected_at),
             "confirmed": confirmed_at - pending.detected_at,
@@ -445,26 +393,33 @@ class Call:
         for step, seconds in steps.items():
             BARGE_IN_SECONDS.labels(step).observe(seconds)
         log.info("barge-in", extra={
-            "turn_id": pending.turn.turn_id, "reason": reason,
+            "turn_id": turn.turn_id, "reason": reason,
             "onset_to_speech_started_ms": pending.detected_stream_ms - pending.onset_ms,
             **{f"{step}_ms": round(seconds * 1000, 1) for step, seconds in steps.items()},
             "heard_words": len(self.previous_reply.text.split()) if self.previous_reply else 0,
         })
 
     # ---- turns ---------------------------------------------------------
+    def _new_playout(self, spoken: SpokenTracker) -> Playout:
+        return Playout(spoken, self.settings.output_frame_ms, self.settings.playback_lead_ms,
+                       message_ms=self.settings.output_message_ms)
+
+    def _runner(self, turn: ActiveTurn) -> TurnRunner:
+        return TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s,
+                          self.settings.reply_phrase_chars)
+
     def _start_turn(self, text: str, timings: TurnTimings, transcribed: bool = False,
                     span: trace.Span | None = None) -> None:
         assert self.session is not None and self.session_id is not None
         previous = self.turn
-        self._barge_in = None  # the new turn interrupts the old one anyway
+        self._barge_in.clear()  # the new turn interrupts the old one anyway
         turn_id = "t_" + uuid.uuid4().hex[:12]
         spoken = SpokenTracker(self.settings.output_sample_rate)
-        playout = Playout(spoken, self.settings.output_frame_ms, self.settings.playback_lead_ms)
         request = TurnRequest(
             self.session_id, self.user_id, turn_id, text, self.session.language,
             self.settings.output_sample_rate,
         )
-        turn = ActiveTurn(turn_id, text, transcribed, spoken, playout)
+        turn = ActiveTurn(turn_id, text, transcribed, spoken, self._new_playout(spoken))
         span = span or TRACER.start_span("turn", attributes={**ids(self.session_id),
                                                              "voicebot.turn.input": "text"})
         span.set_attributes(ids(self.session_id, turn_id))
@@ -473,6 +428,7 @@ class Call:
         turn.task = asyncio.create_task(self._traced_turn(span, previous, turn, request, timings,
                                                           transcribed))
         self.turn = turn
+        self._became_busy()
 
     async def _traced_turn(self, span: trace.Span, previous: ActiveTurn | None, turn: ActiveTurn,
                            request: TurnRequest, timings: TurnTimings, transcribed: bool) -> None:
@@ -490,13 +446,11 @@ class Call:
 
     async def _turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
                     timings: TurnTimings, transcribed: bool) -> str:
-        if previous is not None and previous.audible(time.perf_counter()):
-            await self._interrupt(previous)
-        await cancel_task(previous.task if previous else None)
+        await self._end_previous(previous)
         request.previous_reply, self.previous_reply = self.previous_reply, None
         if transcribed:
             await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
-        runner = TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s)
+        runner = self._runner(turn)
         try:
             reply = await runner.run(request, timings, turn.spoken, turn.playout)
         except asyncio.CancelledError:
@@ -504,17 +458,51 @@ class Call:
             if timings.first_audio is not None:
                 timings.observe(trace_id_hex())  # its latency was real even if the reply was cut short
             raise
-        except grpc.aio.AioRpcError as exc:
+        except TurnFailed as exc:
             TURNS.labels("error").inc()
-            log.warning("turn failed", extra={"turn_id": request.turn_id, "code": str(exc.code()),
-                                              "detail": exc.details()})
-            await self.send_error("upstream_unavailable", "the assistant is unavailable right now")
+            log.warning("turn failed", extra={"turn_id": request.turn_id, "stage": exc.stage,
+                                              "code": exc.code.name, "detail": exc.details})
+            await self.send_error("upstream_unavailable", f"the {UPSTREAM_NAMES[exc.stage]} is unavailable "
+                                                          "right now")
+            await self._speak_fallback(turn, runner, "unavailable", exc.stage)
             return "error"
         TURNS.labels("completed").inc()
         if not turn.interrupted:
             self.previous_reply = brain_pb2.SpokenPart(turn_id=request.turn_id, text=reply)
         await self.send_event("turn.metrics", turn_id=request.turn_id, ms=timings.observe(trace_id_hex()))
         return "completed"
+
+    async def _end_previous(self, previous: ActiveTurn | None) -> None:
+        if previous is not None and previous.audible(time.perf_counter()):
+            await self._interrupt(previous)
+        await cancel_task(previous.task if previous else None)
+
+    async def _speak_fallback(self, turn: ActiveTurn, runner: TurnRunner, kind: str, failed: str) -> None:
+        """After the error event: the fallback sentence, paced after whatever of the reply went out."""
+        assert self.session is not None
+        if self.fallback is not None:
+            pcm, source = self.fallback.audio(kind, self.session.language)
+        else:
+            pcm, source = chime(self.settings.output_sample_rate), "tone"
+        FALLBACKS.labels(failed, source).inc()
+        turn.playout.stop()  # what the failed reply left unsent is moot now
+        turn.playout = self._new_playout(turn.spoken)
+        await runner.speak(pcm, turn.playout)
+
+    def _start_fallback_turn(self, kind: str, failed: str) -> None:
+        """A fallback with no turn around it (STT failed): a turn of its own, so that speech or
+        a typed turn interrupts it like any reply."""
+        previous = self.turn
+        spoken = SpokenTracker(self.settings.output_sample_rate)
+        turn = ActiveTurn("t_" + uuid.uuid4().hex[:12], "", False, spoken, self._new_playout(spoken))
+
+        async def say() -> None:
+            await self._end_previous(previous)
+            await self._speak_fallback(turn, self._runner(turn), kind, failed)
+
+        turn.task = asyncio.create_task(say())
+        self.turn = turn
+        self._became_busy()
 
     async def _interrupt(self, turn: ActiveTurn) -> None:
         """Stop the turn's audio now and remember what of it was heard."""
@@ -524,21 +512,19 @@ class Call:
         turn.playout.stop()
         now = time.perf_counter()
         heard = turn.spoken.spoken_text(turn.heard_ms_reported(now), now)
-        self.previous_reply = brain_pb2.SpokenPart(turn_id=turn.turn_id, text=heard, interrupted=True,
-                                                   user_text=turn.text)
+        if turn.text:  # a fallback turn answers nothing: it leaves no record for the brain
+            self.previous_reply = brain_pb2.SpokenPart(turn_id=turn.turn_id, text=heard, interrupted=True,
+                                                       user_text=turn.text)
         if turn.announced:
             await self.send_event("interrupt", turn_id=turn.turn_id)
 
     async def close(self) -> None:
-        self._barge_in = None
+        self._barge_in.clear()
         self._end_utterance_spans("call_ended")
         if self.turn is not None:
             await cancel_task(self.turn.task)
-        if self._audio is not None:
-            with contextlib.suppress(asyncio.QueueFull):
-                self._audio.put_nowait(None)
-        if self._stt_task is not None:
-            # Let the stream end cleanly first: a final for speech still in flight is not lost.
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
-                await asyncio.wait_for(asyncio.shield(self._stt_task), 0.5)
-            await cancel_task(self._stt_task)
+        if self._stt is not None:
+            await self._stt.close()
+
+
+UPSTREAM_NAMES = {"brain": "assistant", "tts": "speech synthesis"}

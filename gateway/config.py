@@ -33,6 +33,31 @@ class GatewaySettings(BaseSettings):
     # at most playback_lead_ms of unplayed audio (rides out jitter; an interrupt stops it soon).
     output_frame_ms: int = 20
     playback_lead_ms: int = 300
+    # Frames go out in messages of up to this much audio; a full message waits until the client
+    # holds this much less than the lead, so the most it holds (what may play on after a pause)
+    # is unchanged (gateway/playout.py). Equal to output_frame_ms: one message per frame.
+    output_message_ms: int = 100
+    # The brain's deltas are joined into phrases (at punctuation, or this many characters)
+    # before they go to TTS and to the client as reply.delta (gateway/phrases.py).
+    reply_phrase_chars: int = 160
+    # Audio frames already waiting for the STT stream go out merged, up to this many bytes.
+    stt_max_message_bytes: int = 64_000
+    # While no utterance is open and no reply is in flight, up to this much audio goes to STT per
+    # message (only the next onset waits on it); otherwise every frame goes at once. 0 = never hold.
+    stt_idle_batch_ms: int = 100
+    # permessage-deflate on the WebSocket: off, PCM does not compress and it costs CPU both ways.
+    ws_per_message_deflate: bool = False
+    # Concurrent sessions this process takes; more are refused (error `overloaded`, close 1013). 0 = no cap.
+    max_sessions: int = 200
+    # WebSocket Origin allow-list, comma-separated: "self" (same host as the request), "localhost"
+    # (http(s)://localhost, 127.0.0.1, [::1], any port), "*" (any), or exact origins
+    # (https://app.example.com). A connection without an Origin header (CLI, servers) is allowed.
+    allowed_origins: str = "self,localhost"
+    # The event loop: "uvloop" when it is installed, else asyncio's; "asyncio" forces asyncio's.
+    loop: str = "auto"
+    # uvicorn's WebSocket implementation: "auto" picks the one that does not pause reading around
+    # every message (see app.py); "websockets", "websockets-sansio", "wsproto" force one.
+    ws_impl: str = "auto"
     # Speech while the bot talks pauses its audio at once; this much stream time since the
     # onset, with the utterance still open, confirms a barge-in (so does a partial
     # transcript with words). It includes the endpointer's closing silence

@@ -20,3 +20,12 @@ BARGE_IN_SECONDS = Histogram(
 )
 ACTIVE_SESSIONS = Gauge("voicebot_active_sessions", "Open WebSocket sessions")
 CLIENT_ERRORS = Counter("voicebot_gateway_client_errors_total", "Error events sent", ["code"])
+STT_STREAMS = Gauge("voicebot_gateway_stt_streams", "STT streams the gateway holds open")
+STT_FAILURES = Counter("voicebot_gateway_stt_failures_total",
+                       "STT streams that failed or were refused, by gRPC status (RESOURCE_EXHAUSTED: "
+                       "the STT's stream cap)", ["code"])
+SESSION_REFUSALS = Counter("voicebot_gateway_refused_sessions_total",
+                           "WebSocket sessions refused because the gateway is at GATEWAY_MAX_SESSIONS")
+FALLBACKS = Counter("voicebot_gateway_fallbacks_total",
+                    "Fallback sentences played to the caller, by what failed and where the audio came "
+                    "from (tts: cached speech, tone: TTS was never reachable)", ["failed", "source"])

@@ -14,17 +14,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import grpc
 
 from gateway.metrics import STAGE_SECONDS
+from gateway.phrases import PhraseCoalescer
+from gateway.playout import Playout
+from gateway.spoken import SpokenTracker
 from voicebot.common.telemetry import outgoing_metadata
 from voicebot.v1 import brain_pb2, tts_pb2
-
-if TYPE_CHECKING:
-    from gateway.playout import Playout
 
 log = logging.getLogger("gateway.turn")
 
@@ -68,81 +68,6 @@ class TurnTimings:
 
 
 @dataclass
-class SpokenTracker:
-    """Which part of a reply the person can have heard.
-
-    Sentences sit on the reply's audio timeline as TTS delivers them
-    (``audio_received``); the audio leaves for the client later, paced
-    (``audio_sent``); the client plays it in real time, so ``play_end`` is when
-    it will have played everything sent so far. Heard is the client's own
-    report when there is one, else what was sent less what is still
-    buffered at the client. The same model paces the sending (gateway/playout.py),
-    so the estimate and the pacing cannot disagree.
-    """
-
-    sample_rate: int
-    # [text, start_ms, end_ms] on the audio timeline.
-    sentences: list[list] = field(default_factory=list)
-    received_ms: float = 0.0
-    sent_ms: float = 0.0
-    play_end: float | None = None
-
-    def _ms(self, nbytes: int) -> float:
-        return nbytes * 1000 / (2 * self.sample_rate)
-
-    def sentence_started(self, text: str) -> None:
-        self.sentences.append([text, self.received_ms, self.received_ms])
-
-    def audio_received(self, nbytes: int) -> None:
-        self.received_ms += self._ms(nbytes)
-        if self.sentences:
-            self.sentences[-1][2] = self.received_ms
-
-    def sentence_failed(self) -> None:
-        """TTS could not speak the current sentence: without audio, nobody heard it."""
-        if self.sentences and self.sentences[-1][1] == self.sentences[-1][2]:
-            self.sentences.pop()
-
-    def audio_sent(self, nbytes: int, now: float | None = None) -> None:
-        now = time.perf_counter() if now is None else now
-        self.sent_ms += self._ms(nbytes)
-        # A client that ran dry starts again from now, not from where it stopped.
-        self.play_end = max(self.play_end or now, now) + self._ms(nbytes) / 1000
-
-    def buffered_ms(self, now: float | None = None) -> float:
-        """Audio sent but not yet played at the client (estimate)."""
-        if self.play_end is None:
-            return 0.0
-        now = time.perf_counter() if now is None else now
-        return max(0.0, (self.play_end - now) * 1000)
-
-    def playing(self, now: float | None = None) -> bool:
-        return self.buffered_ms(now) > 0
-
-    def heard_ms(self, played_ms: float | None = None, now: float | None = None) -> float:
-        """What the client played: its own report, else what it was sent less its buffer."""
-        if played_ms is not None:
-            return max(0.0, min(played_ms, self.sent_ms))
-        return max(0.0, self.sent_ms - self.buffered_ms(now))
-
-    def spoken_text(self, played_ms: float | None = None, now: float | None = None) -> str:
-        heard = self.heard_ms(played_ms, now)
-        words: list[str] = []
-        for text, start, end in self.sentences:
-            if heard >= end:
-                words += text.split()
-            elif heard > start:
-                # Part of a sentence: keep the share of words its audio covered.
-                share = (heard - start) / max(1.0, end - start)
-                sentence_words = text.split()
-                words += sentence_words[: int(len(sentence_words) * share)]
-                break
-            else:
-                break
-        return " ".join(words)
-
-
-@dataclass
 class TurnRequest:
     session_id: str
     user_id: str
@@ -166,19 +91,30 @@ class TurnOutput(Protocol):
         """audio.start / audio.end: dropped once the turn is interrupted."""
 
 
+class TurnFailed(Exception):
+    """An upstream failed mid-turn: ``stage`` is "brain" or "tts"."""
+
+    def __init__(self, stage: str, error: grpc.aio.AioRpcError) -> None:
+        super().__init__(f"{stage}: {error.code().name} {error.details()}")
+        self.stage, self.code, self.details = stage, error.code(), error.details() or ""
+
+
 class TurnRunner:
-    def __init__(self, upstreams, output: TurnOutput, timeout_s: float) -> None:
+    def __init__(self, upstreams, output: TurnOutput, timeout_s: float, phrase_chars: int = 160) -> None:
         self.upstreams = upstreams
         self.output = output
         self.timeout_s = timeout_s
+        self.phrase_chars = phrase_chars
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
                   playout: Playout) -> str:
-        """Run the turn to completion; returns the reply text. Raises grpc errors as they are.
+        """Run the turn to completion; returns the reply text. Raises TurnFailed.
 
         Three tasks: brain deltas go to the client and into the TTS stream as they
-        arrive; TTS audio goes into the playout as it arrives; the playout sends it
-        at real-time pace. A failure or a cancel of any ends all three.
+        arrive (joined into phrases); TTS audio goes into the playout as it arrives; the
+        playout sends it at real-time pace. A failure or a cancel of any ends all three;
+        after a failure the playout is neither ended nor stopped (no ``audio.end``): the
+        caller says what failed and then speaks a fallback on the same turn.
         """
         timings.brain_request = time.perf_counter()
         brain_call = self.upstreams.brain.Respond(
@@ -206,8 +142,8 @@ class TurnRunner:
         reply: list[str] = []
         try:
             await run_together(
-                self._pump_brain(brain_call, req.turn_id, texts, timings, reply),
-                self._pump_tts(tts_call, req.turn_id, timings, spoken, playout),
+                _stage("brain", self._pump_brain(brain_call, req.turn_id, texts, timings, reply)),
+                _stage("tts", self._pump_tts(tts_call, req.turn_id, timings, spoken, playout)),
                 self._play(playout),
             )
         finally:
@@ -219,23 +155,31 @@ class TurnRunner:
     async def _pump_brain(self, call, turn_id: str, texts: asyncio.Queue, timings: TurnTimings,
                           reply: list[str]) -> None:
         final_text = None
+        phrases = PhraseCoalescer(self.phrase_chars)
+
+        async def send(text: str | None) -> None:
+            if text:
+                reply.append(text)
+                await texts.put(text)
+                await self.output.event("reply.delta", turn_id=turn_id, text=text)
+
         try:
             async for event in call:
                 kind = event.WhichOneof("event")
                 if kind == "delta":
-                    text = event.delta.text
-                elif kind == "blocked":
-                    text = event.blocked.text
+                    if timings.first_delta is None:
+                        timings.first_delta = time.perf_counter()
+                    await send(phrases.push(event.delta.text))
+                    continue
+                await send(phrases.flush())  # anything else: what is held goes first
+                if kind == "blocked":
+                    if timings.first_delta is None:
+                        timings.first_delta = time.perf_counter()
+                    await send(event.blocked.text)
                 elif kind == "final":
                     final_text = event.final.text
-                    continue
-                else:
-                    continue  # tool activity and handoff are not spoken
-                if timings.first_delta is None:
-                    timings.first_delta = time.perf_counter()
-                reply.append(text)
-                await texts.put(text)
-                await self.output.event("reply.delta", turn_id=turn_id, text=text)
+                # tool activity and handoff are not spoken
+            await send(phrases.flush())
         finally:
             await texts.put(None)
         await self.output.event("reply.done", turn_id=turn_id,
@@ -243,24 +187,28 @@ class TurnRunner:
 
     async def _pump_tts(self, call, turn_id: str, timings: TurnTimings, spoken: SpokenTracker,
                         playout: Playout) -> None:
-        try:
-            async for event in call:
-                kind = event.WhichOneof("event")
-                if kind == "sentence_started":
-                    if timings.first_sentence_ready is None:
-                        timings.first_sentence_ready = time.perf_counter()
-                    spoken.sentence_started(event.sentence_started.text)
-                elif kind == "audio":
-                    if timings.first_audio is None:
-                        timings.first_audio = time.perf_counter()
-                    spoken.audio_received(len(event.audio.pcm16))
-                    playout.feed(event.audio.pcm16)
-                elif kind == "error":
-                    spoken.sentence_failed()
-                    log.warning("tts sentence failed", extra={"turn_id": turn_id,
-                                                              "detail": event.error.message})
-        finally:
-            playout.end()
+        async for event in call:
+            kind = event.WhichOneof("event")
+            if kind == "sentence_started":
+                if timings.first_sentence_ready is None:
+                    timings.first_sentence_ready = time.perf_counter()
+                spoken.sentence_started(event.sentence_started.text)
+            elif kind == "audio":
+                if timings.first_audio is None:
+                    timings.first_audio = time.perf_counter()
+                spoken.audio_received(len(event.audio.pcm16))
+                playout.feed(event.audio.pcm16)
+            elif kind == "error":
+                spoken.sentence_failed()
+                log.warning("tts sentence failed", extra={"turn_id": turn_id,
+                                                          "detail": event.error.message})
+        playout.end()  # not after a failure: no `audio.end` may precede its error
+
+    async def speak(self, pcm: bytes, playout: Playout) -> None:
+        """Play prepared audio (a fallback sentence) through a fresh playout, then ``audio.end``."""
+        playout.feed(pcm)
+        playout.end()
+        await self._play(playout)
 
     async def _play(self, playout: Playout) -> None:
         started = False
@@ -286,6 +234,14 @@ async def run_together(*coroutines: Awaitable[Any]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _stage(name: str, work: Awaitable[None]) -> None:
+    """Name the upstream behind a gRPC failure, so the caller can say what failed."""
+    try:
+        await work
+    except grpc.aio.AioRpcError as exc:
+        raise TurnFailed(name, exc) from exc
 
 
 async def cancel_task(task: asyncio.Task | None) -> None:

@@ -1,4 +1,5 @@
-"""The gateway's barge-in decisions, with scripted STT events and fake brain/TTS calls (no network).
+"""Barge-in: the pure detector as a table of cases (events in, decisions out, a clock passed in),
+then a few whole-call scenarios with scripted STT events and fake brain/TTS calls (no network).
 
 The integration tests (tests/integration/test_bargein.py) run the same logic against the real
 services; here the cases that real audio cannot make deterministic.
@@ -8,18 +9,141 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 
 import pytest
 from starlette.websockets import WebSocketState
 
-from gateway.call import Call, spoken_words
+from gateway.bargein import Action, BargeInDetector, Rules, spoken_words
+from gateway.call import Call
 from gateway.config import GatewaySettings
 from gateway.protocol import SessionStart
+from gateway.turn import TurnTimings
 from voicebot.v1 import brain_pb2, stt_pb2, tts_pb2
 
 RATE = 16000
 FRAME = b"\0" * (RATE * 20 // 1000 * 2)
 
+# ---- the detector, as a table --------------------------------------------------------------
+# Each step: (event, expected action[, expected reason]). Times: "t" is the clock in seconds,
+# "rx" the stream ms received so far. Rules: 600 ms of speech, words over 200 ms.
+
+
+@dataclass(frozen=True)
+class Started:
+    utterance: int = 0
+    onset_ms: int = 1000
+    audible: str | None = "t1"
+    rx: int = 1100
+    t: float = 10.0
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+    start_ms: int = 1000
+    end_ms: int = 1500
+    final: bool = False
+    utterance: int = 0
+
+
+@dataclass(frozen=True)
+class Ended:
+    utterance: int = 0
+
+
+@dataclass(frozen=True)
+class Audio:
+    rx: int
+    t: float
+
+
+@dataclass(frozen=True)
+class SttGone:
+    pass
+
+
+P, C, R, NO = Action.PAUSE, Action.CONFIRM, Action.RESUME, Action.IGNORE
+
+CASES = {
+    "speech while nothing is audible is not a barge-in": [
+        (Started(audible=None), NO), (Text("stop that please"), NO), (Audio(rx=5000, t=20.0), NO)],
+    "speech over the reply pauses it": [(Started(), P)],
+    "a partial with words confirms": [(Started(), P), (Text("make it three"), C, "partial")],
+    "a filler partial does not confirm, its final resumes": [
+        (Started(), P), (Text("Uh", end_ms=1400), NO), (Ended(), NO),
+        (Text("Uh.", final=True), R, "false_start")],
+    "words over too little speech are a click": [
+        (Started(), P), (Text("Up.", end_ms=1100), NO),
+        (Text("Up.", end_ms=1100, final=True), R, "false_start")],
+    "words in the final confirm even after the utterance ended": [
+        (Started(), P), (Ended(), NO), (Text("No.", end_ms=1300, final=True), C, "final")],
+    "an empty final is a false start": [(Started(), P), (Ended(), NO), (Text("", final=True), R)],
+    "long enough in stream and wall time confirms": [
+        (Started(t=10.0, rx=1100), P), (Audio(rx=1400, t=10.3), NO),
+        (Audio(rx=1620, t=10.52), C, "min_speech")],
+    "a burst of audio is not long enough by itself": [
+        # 900 ms of stream at once, but STT has judged only 150 ms of it (+100 it ran behind).
+        (Started(t=10.0, rx=1100), P), (Audio(rx=2000, t=10.05), NO), (Audio(rx=2020, t=10.45), NO),
+        (Audio(rx=2040, t=10.51), C, "min_speech")],
+    "STT running behind counts towards the wall time": [
+        # SpeechStarted came 400 ms of stream after the onset: 200 ms of wall time suffice.
+        (Started(onset_ms=1000, rx=1400, t=10.0), P), (Audio(rx=1600, t=10.21), C, "min_speech")],
+    "an ended utterance is not confirmed by its length": [
+        (Started(), P), (Ended(), NO), (Audio(rx=9000, t=99.0), NO)],
+    "another utterance's events are ignored": [
+        (Started(utterance=1), P), (Text("make it three", utterance=2), NO), (Ended(utterance=2), NO),
+        (Audio(rx=1620, t=10.6), C, "min_speech")],
+    "the STT stream ending resumes a paused reply": [(Started(), P), (SttGone(), R, "stt_ended")],
+    "nothing pending, the STT stream ending is nothing": [(SttGone(), NO)],
+    "a decision is taken once": [(Started(), P), (Text("wait"), C), (Text("wait a moment"), NO)],
+    "a second onset replaces the first": [
+        (Started(utterance=0), P), (Started(utterance=1, onset_ms=2000, rx=2100, t=11.0), P),
+        (Text("Uh.", final=True, utterance=0), NO), (Text("hold on", utterance=1), C, "partial")],
+}
+
+
+def step(detector: BargeInDetector, event):
+    if isinstance(event, Started):
+        return detector.speech_started(event.utterance, event.onset_ms, audible_turn=event.audible,
+                                       received_ms=event.rx, now=event.t)
+    if isinstance(event, Text):
+        return detector.transcript(event.utterance, event.text, event.start_ms, event.end_ms, event.final)
+    if isinstance(event, Ended):
+        return detector.end_of_utterance(event.utterance)
+    if isinstance(event, Audio):
+        return detector.audio(event.rx, event.t)
+    return detector.stt_ended()
+
+
+@pytest.mark.parametrize("steps", CASES.values(), ids=CASES.keys())
+def test_barge_in_decisions(steps):
+    detector = BargeInDetector(Rules(min_speech_ms=600, min_words_ms=200))
+    for index, (event, action, *reason) in enumerate(steps):
+        decision = step(detector, event)
+        assert decision.action is action, f"step {index}: {event}"
+        if reason:
+            assert decision.reason == reason[0], f"step {index}: {event}"
+        if action is not Action.IGNORE:
+            assert decision.pending is not None and decision.pending.turn_id == "t1"
+
+
+def test_a_cleared_detector_forgets_the_pending_barge_in():
+    detector = BargeInDetector(Rules())
+    assert step(detector, Started()).action is Action.PAUSE
+    detector.clear()  # a new turn took over
+    assert step(detector, Text("make it three")).action is Action.IGNORE
+    assert detector.stt_ended().action is Action.IGNORE
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("Uh.", []), ("Mm-hmm", ["mm-hmm"]), ("Hmm, uh", []), ("No!", ["no"]), ("Um, wait", ["wait"]),
+])
+def test_fillers_are_not_words(text, words):
+    assert spoken_words(text) == words
+
+
+# ---- whole calls, scripted STT events ------------------------------------------------------
 
 class FakeWebSocket:
     application_state = WebSocketState.CONNECTED
@@ -98,9 +222,22 @@ class FakeTts:
         return FakeCall(events())
 
 
+class FakeStt:
+    """Takes the audio and says nothing: the STT events of these tests are scripted."""
+
+    def StreamingRecognize(self, requests, timeout=None, metadata=None):
+        async def events():
+            async for _request in requests:
+                pass
+            if False:  # an async generator that yields nothing
+                yield
+
+        return events()
+
+
 class FakeUpstreams:
     def __init__(self, brain: FakeBrain, tts: FakeTts) -> None:
-        self.brain, self.tts = brain, tts
+        self.brain, self.tts, self.stt = brain, tts, FakeStt()
 
 
 def make_call(brain: FakeBrain, tts: FakeTts, **settings) -> tuple[Call, FakeWebSocket]:
@@ -108,9 +245,6 @@ def make_call(brain: FakeBrain, tts: FakeTts, **settings) -> tuple[Call, FakeWeb
     call = Call(ws, "alice", GatewaySettings(tokens="t=alice", playback_lead_ms=100, **settings),
                 FakeUpstreams(brain, tts), sessions=None)
     call.session, call.session_id = SessionStart(None, "en", RATE), "s_test"
-    # Audio goes to a queue nobody reads: the STT events below are scripted.
-    call._audio = asyncio.Queue()
-    call._stt_task = asyncio.get_running_loop().create_future()
     return call, ws
 
 
@@ -133,13 +267,6 @@ async def until(check, timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not check():  # noqa: ASYNC110 - polling a fake's records
             await asyncio.sleep(0.005)
-
-
-@pytest.mark.parametrize(("text", "words"), [
-    ("Uh.", []), ("Mm-hmm", ["mm-hmm"]), ("Hmm, uh", []), ("No!", ["no"]), ("Um, wait", ["wait"]),
-])
-def test_fillers_are_not_words(text, words):
-    assert spoken_words(text) == words
 
 
 async def test_speech_while_the_bot_thinks_holds_the_reply_and_joins_the_two_parts():
@@ -216,7 +343,5 @@ async def test_words_over_enough_speech_confirm_even_after_the_utterance_ended()
     await call.close()
 
 
-def _timings():
-    from gateway.turn import TurnTimings
-
+def _timings() -> TurnTimings:
     return TurnTimings()

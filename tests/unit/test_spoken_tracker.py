@@ -8,7 +8,8 @@ import itertools
 import pytest
 
 from gateway.playout import Playout
-from gateway.turn import SpokenTracker, TurnTimings
+from gateway.spoken import SpokenTracker
+from gateway.turn import TurnTimings
 
 RATE = 16000
 MS = RATE * 2 // 1000  # bytes per millisecond of PCM16

@@ -1,0 +1,359 @@
+"""Gateway benchmark (``make bench-gateway``): what the gateway itself adds, and how many
+real-time sessions one gateway process carries.
+
+Starts redis, instant fake STT and TTS gRPC servers (tests/fakes/speech_servers.py), a scripted
+LLM (tests/fakes/llm_server.py) and the real brain, each as its own process; then, for each
+variant (a set of GATEWAY_* settings), the real gateway, and plays people over WebSocket:
+
+- latency: one session streams real-time 20 ms frames and takes turns (600 ms of "speech",
+  then silence). End of speech (the first quiet frame sent) -> first reply audio received,
+  p50/p95. With instant engines that is the gateway's and the brain's own time; the brain's
+  share (``llm_ttft`` from ``turn.metrics``) is shown next to it.
+- load: N sessions at once, each streaming real-time frames with a turn every 2-4 s: turn
+  p50/p99, gateway CPU (cores, from /proc over the measured window), CPU per audio frame,
+  errors by code, turns with no audio within 5 s, and sessions refused beyond capacity.
+
+Everything runs on this machine: the client, the fakes and the brain compete with the gateway
+for the same cores, so the figures are an upper bound on its latency; the gateway's CPU is its
+own process's. Compare variants within one run (ratios), not against another machine.
+Prints a table and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import secrets
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import websockets
+
+from voicebot.common.stats import percentile
+from voicebot.devstack import ROOT, Proc, Stack, free_port
+
+RATE = 16000
+FRAME_MS = 20
+FRAME_BYTES = RATE * FRAME_MS // 1000 * 2
+SILENCE = bytes(FRAME_BYTES)
+TONE = (np.sin(2 * np.pi * 220 * np.arange(FRAME_BYTES // 2) / RATE) * 8000).astype(np.int16).tobytes()
+SPEECH_FRAMES = 30  # 600 ms
+NO_AUDIO_AFTER_S = 5.0
+TOKEN = "tok-bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+VARIANTS = {
+    # The gateway as configured by default.
+    "tuned": {},
+    # One message per frame and per word, asyncio's loop, uvicorn's default WebSocket protocol.
+    # Everything as the gateway did it before: a message per frame and per word, asyncio's loop,
+    # uvicorn's default WebSocket protocol, permessage-deflate.
+    "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_WS_IMPL": "websockets-sansio",
+                  "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true", "GATEWAY_STT_IDLE_BATCH_MS": "0",
+                  "GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
+                  "GATEWAY_REPLY_PHRASE_CHARS": "1"},
+    # One change back at a time.
+    "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
+    "uvicorn-ws": {"GATEWAY_WS_IMPL": "websockets-sansio"},
+    "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
+    "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0"},
+    "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
+                           "GATEWAY_REPLY_PHRASE_CHARS": "1"},
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+@dataclass
+class Session:
+    """A person: silence, then 600 ms of "speech" when a turn is due, then waiting for the reply."""
+
+    ws: object
+    phase: int
+    next_turn_at: float
+    period: tuple[float, float]
+    state: str = "idle"  # idle | speaking | waiting
+    speech_left: int = 0
+    speech_end_at: float = 0.0  # when the first quiet frame after the speech was sent
+    turns: list[float] = field(default_factory=list)
+    brain_ms: list[float] = field(default_factory=list)
+    stages: list[dict] = field(default_factory=list)  # turn.metrics, the gateway's own view
+    missed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    frames: int = 0
+    closed: int | None = None
+
+    def frame(self, now: float) -> bytes:
+        if self.state == "speaking":
+            if self.speech_left:
+                self.speech_left -= 1
+                return TONE
+            self.state, self.speech_end_at = "waiting", now
+            return SILENCE
+        if self.state == "waiting" and now - self.speech_end_at > NO_AUDIO_AFTER_S:
+            self.missed += 1
+            self.state = "idle"
+        if self.state == "idle" and now >= self.next_turn_at:
+            self.state, self.speech_left = "speaking", SPEECH_FRAMES - 1
+            self.next_turn_at = now + random.uniform(*self.period)
+            return TONE
+        return SILENCE
+
+    async def receive(self) -> None:
+        try:
+            async for message in self.ws:
+                if isinstance(message, bytes):
+                    if self.state == "waiting":
+                        self.turns.append((time.perf_counter() - self.speech_end_at) * 1000)
+                        self.state = "idle"
+                    continue
+                event = json.loads(message)
+                if event["type"] == "error":
+                    self.errors[event["code"]] = self.errors.get(event["code"], 0) + 1
+                elif event["type"] == "turn.metrics":
+                    self.stages.append(event["ms"])
+                    if event["ms"].get("llm_ttft") is not None:
+                        self.brain_ms.append(event["ms"]["llm_ttft"])
+        except websockets.ConnectionClosed as closed:
+            self.closed = closed.rcvd.code if closed.rcvd else 1006
+
+
+async def open_session(url: str, phase: int, first_turn_at: float,
+                       period: tuple[float, float]) -> Session | tuple[str, int]:
+    """A started session, or ("refused", close code) when the gateway said no."""
+    ws = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
+                                  max_size=2**22, ping_interval=None)
+    await ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
+                              "audio": {"encoding": "pcm16", "sample_rate": RATE}}))
+    try:
+        first = json.loads(await asyncio.wait_for(ws.recv(), 15))
+    except websockets.ConnectionClosed as closed:
+        return ("refused", closed.rcvd.code if closed.rcvd else 1006)
+    if first.get("type") != "session.started":
+        with contextlib.suppress(Exception):
+            await ws.close()
+        return ("refused", first.get("code", "?"))
+    return Session(ws, phase, first_turn_at, period)
+
+
+def own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+async def run_sessions(url: str, count: int, seconds: float, period: tuple[float, float],
+                       gateway_pid: int, others: dict[str, int], warmup_s: float = 2.0) -> dict:
+    """``count`` real-time sessions for ``seconds`` after ``warmup_s``; CPU of every process
+    (the gateway's, and the others' for context) in that window."""
+    phases = 5  # the sessions' frames are spread over the 20 ms, as real clients' are
+    start = time.perf_counter()
+    opened = await asyncio.gather(*(open_session(url, i % phases, start + warmup_s + random.uniform(*period),
+                                                 period) for i in range(count)), return_exceptions=True)
+    sessions = [s for s in opened if isinstance(s, Session)]
+    refused = [s for s in opened if not isinstance(s, Session)]
+    receivers = [asyncio.create_task(s.receive()) for s in sessions]
+    late_ms: list[float] = []
+    measure_from = time.perf_counter() + warmup_s
+    end = measure_from + seconds
+    cpu_start = frames_start = None
+    others_start: dict[str, float] = {}
+    tick = time.perf_counter()
+    while (now := time.perf_counter()) < end:
+        if cpu_start is None and now >= measure_from:
+            cpu_start, frames_start = cpu_seconds(gateway_pid), sum(s.frames for s in sessions)
+            others_start = {name: cpu_seconds(pid) for name, pid in others.items()}
+            others_start["client"] = own_cpu_seconds()
+            for s in sessions:
+                s.turns.clear()
+                s.brain_ms.clear()
+                s.stages.clear()
+                s.missed, s.errors = 0, {}
+        phase = int((now - tick) * 1000 // (FRAME_MS / phases)) % phases
+        for s in sessions:
+            if s.phase == phase and s.closed is None:
+                s.frames += 1
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    await s.ws.send(s.frame(now))
+        late_ms.append(max(0.0, (time.perf_counter() - now) * 1000))
+        await asyncio.sleep(max(0.0, FRAME_MS / phases / 1000 - (time.perf_counter() - now)))
+    cpu = cpu_seconds(gateway_pid) - (cpu_start or 0.0)
+    others_cores = {name: (cpu_seconds(pid) - others_start.get(name, 0.0)) / seconds
+                    for name, pid in others.items()}
+    others_cores["client"] = (own_cpu_seconds() - others_start.get("client", 0.0)) / seconds
+    frames = sum(s.frames for s in sessions) - (frames_start or 0)
+    for s in sessions:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(s.ws.close(), 2)
+    for task in receivers:
+        task.cancel()
+    await asyncio.gather(*receivers, return_exceptions=True)
+    turns = [t for s in sessions for t in s.turns]
+    errors: dict[str, int] = {}
+    for s in sessions:
+        for code, n in s.errors.items():
+            errors[code] = errors.get(code, 0) + n
+    return {
+        "sessions": count, "admitted": len(sessions),
+        "refused": len([r for r in refused if isinstance(r, tuple)]),
+        "connect_failures": len([r for r in refused if isinstance(r, BaseException)]),
+        "turns": len(turns), "turn_p50_ms": percentile(turns, 0.5),
+        "turn_p95_ms": percentile(turns, 0.95), "turn_p99_ms": percentile(turns, 0.99),
+        "brain_p50_ms": percentile([b for s in sessions for b in s.brain_ms], 0.5),
+        "missed_turns": sum(s.missed for s in sessions), "errors": errors,
+        "closed": sum(s.closed is not None for s in sessions),
+        "gateway_cores": cpu / seconds, "gateway_us_per_frame": cpu / max(1, frames) * 1e6,
+        "client_tick_p99_ms": percentile(late_ms, 0.99), "other_cores": others_cores,
+        "gateway_stages_p50_ms": {stage: percentile([m[stage] for s in sessions for m in s.stages
+                                                     if m.get(stage) is not None], 0.5)
+                                  for stage in ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")},
+    }
+
+
+def start_gateway(stack: Stack, env: dict[str, str], upstream: dict[str, int], redis_url: str,
+                  name: str) -> Proc:
+    return stack.start_service(f"gateway-{name}", "gateway.app", {
+        "GATEWAY_PORT": "0", "GATEWAY_TOKENS": f"{TOKEN}=bench", "GATEWAY_REDIS_URL": redis_url,
+        "GATEWAY_LOG_LEVEL": "WARNING",
+        "GATEWAY_STT_ADDR": f"127.0.0.1:{upstream['stt']}",
+        "GATEWAY_TTS_ADDR": f"127.0.0.1:{upstream['tts']}",
+        "GATEWAY_BRAIN_ADDR": f"127.0.0.1:{upstream['brain']}", **env,
+    })
+
+
+def stop_proc(stack: Stack, proc: Proc) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.popen.pid, signal.SIGTERM)
+    with contextlib.suppress(Exception):
+        proc.popen.wait(timeout=15)
+    stack.procs.remove(proc)
+
+
+def start_backends(stack: Stack, guard: bool) -> tuple[dict[str, int], str, dict[str, int]]:
+    redis_port = free_port()
+    stack.start_redis(redis_port)
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    speech = stack.start_service("fake-speech", "tests.fakes.speech_servers", {})
+    llm = stack.start_service("fake-llm", "tests.fakes.llm_server", {})
+    brain = stack.start_service("brain", "services.brain.server", {
+        "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
+        "BRAIN_LLM_BASE_URL": f"http://127.0.0.1:{llm.ready['http']}/v1", "BRAIN_LOG_LEVEL": "WARNING",
+        "BRAIN_GUARD_ENABLED": "true" if guard else "false",
+    })
+    pids = {"brain": brain.popen.pid, "fake_speech": speech.popen.pid, "fake_llm": llm.popen.pid}
+    ports = {"stt": speech.ready["stt"], "tts": speech.ready["tts"], "brain": brain.ready["grpc"]}
+    return ports, redis_url, pids
+
+
+async def until_idle(http_url: str, timeout: float = 30.0) -> None:
+    """Wait until the gateway has closed every session of the last level (they hold its slots)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as http:
+        while time.monotonic() < deadline:
+            text = (await http.get(f"{http_url}/metrics")).text
+            if "\nvoicebot_active_sessions 0.0" in text:
+                return
+            await asyncio.sleep(0.2)
+
+
+async def bench_variant(url: str, gateway_pid: int, others: dict[str, int], args) -> dict:
+    http_url = url.replace("ws://", "http://").removesuffix("/v1/call")
+    single = await run_sessions(url, 1, args.latency_seconds, (1.5, 2.0), gateway_pid, others, warmup_s=1.0)
+    loads = []
+    for count in args.sessions:
+        await until_idle(http_url)
+        loads.append(await run_sessions(url, count, args.seconds, (2.0, 4.0), gateway_pid, others))
+    return {"latency": single, "load": loads}
+
+
+def fmt(value, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(results: dict) -> str:
+    rows = []
+    for name, r in results["variants"].items():
+        lat = r["latency"]
+        rows += [
+            f"variant {name}: {r['env'] or 'defaults'}",
+            f"  end of speech -> first reply audio, 1 session: p50 {fmt(lat['turn_p50_ms'])} ms, "
+            f"p95 {fmt(lat['turn_p95_ms'])} ms ({lat['turns']} turns; the brain's own share "
+            f"p50 {fmt(lat['brain_p50_ms'], '.0f')} ms)",
+            "  sessions  admitted  refused  turns  p50 ms  p99 ms  brain p50  missed  errors      "
+            "gw cores  us/frame  brain  fakes  client",
+            "  --------  --------  -------  -----  ------  ------  ---------  ------  ----------  "
+            "--------  --------  -----  -----  ------"]
+        for load in r["load"]:
+            errors = ",".join(f"{k}:{v}" for k, v in sorted(load["errors"].items())) or "0"
+            other = load["other_cores"]
+            fakes = other.get("fake_speech", 0) + other.get("fake_llm", 0)
+            rows.append(
+                f"  {load['sessions']:>8}  {load['admitted']:>8}  {load['refused']:>7}  {load['turns']:>5}  "
+                f"{fmt(load['turn_p50_ms']):>6}  {fmt(load['turn_p99_ms']):>6}  "
+                f"{fmt(load['brain_p50_ms'], '.0f'):>9}  {load['missed_turns']:>6}  {errors:<10}  "
+                f"{fmt(load['gateway_cores'], '.2f'):>8}  {fmt(load['gateway_us_per_frame'], '.0f'):>8}  "
+                f"{other.get('brain', 0):>5.2f}  {fakes:>5.2f}  {other.get('client', 0):>6.2f}")
+        rows.append("")
+    rows.append("cores: CPU seconds per second of each process over the measured window; us/frame: the "
+                "gateway's CPU per 20 ms audio frame received")
+    return "\n".join(rows)
+
+
+async def main_async(args) -> dict:
+    os.environ.setdefault("VOICEBOT_INTERNAL_TOKEN", secrets.token_urlsafe(32))
+    stack = Stack(ROOT / ".run" / "bench-gateway", env={"LOG_JSON": "true"}, quiet=True)
+    results: dict = {"machine": {"cores": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
+                     "guard": args.guard, "variants": {}}
+    try:
+        upstream, redis_url, pids = start_backends(stack, args.guard)
+        for name in args.variants:
+            env = {**VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions)}
+            gateway = start_gateway(stack, env, upstream, redis_url, name)
+            url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
+            try:
+                r = await bench_variant(url, gateway.popen.pid, pids, args)
+            finally:
+                stop_proc(stack, gateway)
+            r["env"] = VARIANTS[name]
+            results["variants"][name] = r
+            print(f"  {name} done", file=sys.stderr, flush=True)
+    finally:
+        stack.stop()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[10, 50, 100, 200, 400])
+    parser.add_argument("--seconds", type=float, default=15.0, help="measured window per load level")
+    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument("--variants", type=lambda s: s.split(","), default=["tuned", "per-frame"],
+                        help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--max-sessions", type=int, default=200, help="GATEWAY_MAX_SESSIONS")
+    parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True)
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        results = uvloop.run(main_async(args))
+    except ImportError:
+        results = asyncio.run(main_async(args))
+    print(table(results))
+    print(json.dumps({"bench_gateway": results}))
+
+
+if __name__ == "__main__":
+    main()

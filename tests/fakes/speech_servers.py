@@ -1,0 +1,163 @@
+"""Instant STT and TTS gRPC servers for measuring the gateway alone (``make bench-gateway``).
+
+``python -m tests.fakes.speech_servers`` serves both (with grpc.health.v1) on free ports and
+prints ``READY fake-speech stt=PORT tts=PORT``.
+
+STT: audio louder than a threshold is speech, judged per 20 ms; ``SpeechStarted`` at the
+first loud frame, a partial every 400 ms of speech, and at the first quiet frame after speech
+``EndOfUtterance`` and the final at once (no endpointing silence: the time after the end of
+speech is all the gateway's and the brain's). The transcript is ``FAKE_STT_TEXT``.
+``FAKE_STT_MAX_STREAMS`` (0: none) refuses streams beyond it with RESOURCE_EXHAUSTED, as the
+real service does.
+
+TTS: each sentence (the real segmenter cuts them) is 60 ms of quiet audio per word, in 100 ms
+chunks, sent as soon as the sentence is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from services.tts.segmenter import SentenceSegmenter
+from voicebot.v1 import stt_pb2, stt_pb2_grpc, tts_pb2, tts_pb2_grpc
+
+SPEECH_RMS = 1000  # int16 units: the bench's "speech" is a tone far above it, silence is zeros
+PARTIAL_EVERY_MS = 400
+WORD_MS = 60
+CHUNK_MS = 100
+
+
+class InstantStt(stt_pb2_grpc.SpeechToTextServicer):
+    def __init__(self, text: str, max_streams: int) -> None:
+        self.text, self.max_streams = text, max_streams
+        self.active = 0
+
+    async def StreamingRecognize(self, request_iterator, context):
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is None:
+            return
+        if self.max_streams and self.active >= self.max_streams:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "fake STT at its stream cap")
+        self.active += 1
+        try:
+            stream = _Utterances(first.config.sample_rate or 16000, self.text)
+            async for request in requests:
+                if request.WhichOneof("request") == "audio":
+                    for event in stream.feed(request.audio):
+                        yield event
+        finally:
+            self.active -= 1
+
+
+class _Utterances:
+    def __init__(self, rate: int, text: str) -> None:
+        self.frame_bytes = rate * 20 // 1000 * 2
+        self.text = text
+        self.pending = b""
+        self.ms = 0
+        self.index = -1
+        self.onset_ms: int | None = None
+        self.next_partial_ms = 0
+
+    def feed(self, pcm: bytes) -> list[stt_pb2.RecognizeEvent]:
+        data = self.pending + pcm
+        usable = len(data) - len(data) % self.frame_bytes
+        self.pending = data[usable:]
+        if not usable:
+            return []
+        frames = np.frombuffer(data[:usable], dtype=np.int16).reshape(-1, self.frame_bytes // 2)
+        loud = np.sqrt(np.mean(frames.astype(np.float32) ** 2, axis=1)) > SPEECH_RMS
+        events: list[stt_pb2.RecognizeEvent] = []
+        for is_speech in loud:
+            events += self._frame(bool(is_speech))
+            self.ms += 20
+        return events
+
+    def _frame(self, speech: bool) -> list[stt_pb2.RecognizeEvent]:
+        if speech and self.onset_ms is None:
+            self.index += 1
+            self.onset_ms, self.next_partial_ms = self.ms, self.ms + PARTIAL_EVERY_MS
+            return [self._event(speech_started=stt_pb2.SpeechStarted(offset_ms=self.ms))]
+        if speech and self.ms >= self.next_partial_ms:
+            self.next_partial_ms += PARTIAL_EVERY_MS
+            return [self._transcript(final=False)]
+        if not speech and self.onset_ms is not None:
+            events = [self._event(end_of_utterance=stt_pb2.EndOfUtterance(end_ms=self.ms, reason="silence")),
+                      self._transcript(final=True)]
+            self.onset_ms = None
+            return events
+        return []
+
+    def _transcript(self, final: bool) -> stt_pb2.RecognizeEvent:
+        return self._event(transcript=stt_pb2.Transcript(
+            text=self.text, is_final=final, start_ms=self.onset_ms or 0, end_ms=self.ms))
+
+    def _event(self, **event) -> stt_pb2.RecognizeEvent:
+        return stt_pb2.RecognizeEvent(utterance_index=self.index, **event)
+
+
+class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
+    async def StreamingSynthesize(self, request_iterator, context):
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is None:
+            return
+        rate = first.config.sample_rate or 16000
+        segmenter = SentenceSegmenter()
+        index = 0
+        async for request in requests:
+            if request.WhichOneof("request") == "text":
+                for sentence in segmenter.push(request.text):
+                    for event in _speak(sentence, index, rate):
+                        yield event
+                    index += 1
+        for sentence in segmenter.flush():
+            for event in _speak(sentence, index, rate):
+                yield event
+            index += 1
+
+
+def _speak(sentence: str, index: int, rate: int) -> list[tts_pb2.SynthesizeEvent]:
+    total = len(sentence.split()) * WORD_MS * rate // 1000 * 2
+    chunk = CHUNK_MS * rate // 1000 * 2
+    events = [tts_pb2.SynthesizeEvent(sentence_started=tts_pb2.SentenceStarted(index=index, text=sentence))]
+    events += [tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
+        pcm16=bytes(min(chunk, total - start)), sample_rate=rate, sentence_index=index))
+        for start in range(0, total, chunk)]
+    events.append(tts_pb2.SynthesizeEvent(sentence_done=tts_pb2.SentenceDone(
+        index=index, duration_ms=total * 1000 // (2 * rate))))
+    return events
+
+
+async def serve() -> None:
+    servers = []
+    ports = {}
+    stt = InstantStt(os.environ.get("FAKE_STT_TEXT", "a table for two please"),
+                     int(os.environ.get("FAKE_STT_MAX_STREAMS", "0")))
+    for name, add in (("stt", lambda s: stt_pb2_grpc.add_SpeechToTextServicer_to_server(stt, s)),
+                      ("tts", lambda s: tts_pb2_grpc.add_TextToSpeechServicer_to_server(InstantTts(), s))):
+        server = grpc.aio.server()
+        add(server)
+        checker = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+        await checker.set("", health_pb2.HealthCheckResponse.SERVING)
+        ports[name] = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        servers.append(server)
+    print(f"READY fake-speech stt={ports['stt']} tts={ports['tts']}", flush=True)
+    await asyncio.gather(*(server.wait_for_termination() for server in servers))
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.run(serve())
+    except ImportError:
+        asyncio.run(serve())

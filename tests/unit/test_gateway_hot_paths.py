@@ -1,0 +1,155 @@
+"""Fewer, larger messages without added latency: phrases to TTS, merged audio to STT, larger
+reply frames; and the Origin allow-list."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.origin import OriginPolicy
+from gateway.phrases import PhraseCoalescer
+from gateway.playout import Playout
+from gateway.spoken import SpokenTracker
+from gateway.stt_link import AudioOutbox, Backoff
+from voicebot.v1 import stt_pb2
+
+RATE = 16000
+MS = RATE * 2 // 1000
+
+
+def coalesce(deltas: list[str], max_chars: int = 160) -> list[tuple[int, str]]:
+    """(index of the delta that released it, text) for every phrase sent."""
+    phrases = PhraseCoalescer(max_chars)
+    out = [(i, text) for i, delta in enumerate(deltas) if (text := phrases.push(delta))]
+    rest = phrases.flush()
+    return [*out, (len(deltas), rest)] if rest else out
+
+
+def test_a_phrase_goes_with_the_delta_that_completes_its_boundary():
+    # Tokens with leading spaces (how LLMs stream): the boundary is complete at " I".
+    deltas = ["Sure", ",", " I", " can", " help", ".", " See", " you", " at", " seven", "."]
+    assert coalesce(deltas) == [(2, "Sure, I"), (6, " can help. See"), (11, " you at seven.")]
+
+
+def test_trailing_space_tokens_release_at_the_space():
+    assert coalesce(["Sure, ", "see you ", "then. ", "Bye"]) == [(0, "Sure, "), (2, "see you then. "),
+                                                                 (4, "Bye")]
+
+
+def test_the_text_is_never_changed_only_grouped():
+    deltas = ["It is 3", ".", "5 km", " away", " (about", " 2 miles)", ". ", "Okay", "?"]
+    assert "".join(text for _, text in coalesce(deltas)) == "".join(deltas)
+    assert coalesce(deltas)[0] == (6, "It is 3.5 km away (about 2 miles). ")  # "3." is not a boundary
+
+
+def test_full_width_punctuation_needs_no_space_and_long_runs_are_cut():
+    assert coalesce(["좋아요", "。", "내일"]) == [(1, "좋아요。"), (3, "내일")]
+    assert [i for i, _ in coalesce(["word "] * 10, max_chars=20)] == [3, 7, 10]
+
+
+def test_audio_waiting_for_stt_goes_as_one_message_and_contexts_keep_their_place():
+    async def scenario():
+        box = AudioOutbox(max_frames=100, max_bytes=1000)
+        for n in range(3):
+            box.put_audio(bytes([n]) * 200, 0.0)
+        context = stt_pb2.UtteranceContext(utterance_index=1)
+        box.put_context(context)
+        box.put_audio(b"\x09" * 200, 0.0)
+        assert await box.take() == [b"\x00" * 200 + b"\x01" * 200 + b"\x02" * 200]
+        assert await box.take() == [context, b"\x09" * 200]
+        for _ in range(7):
+            box.put_audio(b"\x01" * 200, 0.0)
+        assert [len(m) for m in await box.take()] == [1000]  # at most max_bytes per message
+        assert [len(m) for m in await box.take()] == [400]
+
+    asyncio.run(scenario())
+
+
+def test_a_full_outbox_refuses_and_a_tail_is_kept_while_no_stream_takes_audio():
+    box = AudioOutbox(max_frames=3, max_bytes=10_000)
+    assert all(box.put_audio(bytes([n]), float(n)) for n in range(3))
+    assert not box.put_audio(b"x", 9.0)
+    box.keep_tail(2)
+    assert box.frames() == [(b"\x01", 1.0), (b"\x02", 2.0)]
+
+
+def test_backoff_grows_to_its_cap_with_jitter():
+    backoff = Backoff(first_s=0.2, max_s=5.0)
+    assert 0.1 <= backoff.delay(0) <= 0.2
+    assert 0.8 <= backoff.delay(3) <= 1.6
+    assert 2.5 <= backoff.delay(30) <= 5.0
+
+
+@pytest.mark.parametrize(("origin", "host", "allowed"), [
+    (None, "bot.example.com", True),  # the CLI, a server: no Origin header
+    ("https://bot.example.com", "bot.example.com", True),  # the page the gateway serves
+    ("http://127.0.0.1:5173", "bot.example.com", True),
+    ("http://localhost:3000", "bot.example.com", True),
+    ("http://[::1]:8080", "bot.example.com", True),
+    ("https://evil.example", "bot.example.com", False),
+    ("https://bot.example.com.evil.example", "bot.example.com", False),
+    ("null", "bot.example.com", False),
+    ("https://bot.example.com:8443", "bot.example.com", False),  # another port is another origin
+])
+def test_the_default_origin_policy(origin, host, allowed):
+    assert OriginPolicy("self,localhost").allows(origin, host) is allowed
+
+
+def test_an_explicit_origin_list():
+    policy = OriginPolicy("https://app.example.com")
+    assert policy.allows("https://app.example.com/", "gw.internal")
+    assert not policy.allows("http://localhost:3000", "gw.internal")
+    assert not policy.allows("https://gw.internal", "gw.internal")
+    assert OriginPolicy("*").allows("https://anything.example", None)
+
+
+# ---- reply audio in larger messages ---------------------------------------------------------
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+async def play(message_ms: int, audio_ms: int = 2000, lead_ms: int = 300) -> list[tuple[float, float, float]]:
+    """(time, message ms, what the client held after it) for each message."""
+    clock = FakeClock()
+    spoken = SpokenTracker(RATE)
+    out = Playout(spoken, frame_ms=20, lead_ms=lead_ms, clock=clock, sleep=clock.sleep, message_ms=message_ms)
+    sent: list[tuple[float, float, float]] = []
+
+    async def send(message: bytes) -> bool:
+        held = spoken.buffered_ms(clock.now) + len(message) / MS
+        sent.append((clock.now, len(message) / MS, held))
+        return True
+
+    out.feed(b"\x00" * audio_ms * MS)
+    out.end()
+    await out.run(send)
+    return sent
+
+
+async def test_larger_reply_messages_hold_no_more_audio_at_the_client():
+    per_frame, merged = await play(message_ms=20), await play(message_ms=100)
+    assert sum(ms for _, ms, _ in merged) == sum(ms for _, ms, _ in per_frame) == 2000
+    assert len(merged) <= len(per_frame) / 4
+    assert max(ms for _, ms, _ in merged) == 100
+    # The most the client holds (what may still play after a pause) does not grow.
+    assert max(held for *_, held in merged) <= max(held for *_, held in per_frame) + 1e-6
+    # The first message goes at once, and the client never runs dry.
+    assert merged[0][0] == 0.0
+    assert min(held for t, _, held in merged if t > 0) >= 300 - 100
+
+
+async def test_a_short_tail_is_not_held_back_for_a_full_message():
+    sent = await play(message_ms=100, audio_ms=340)
+    # The last 40 ms leave when one message per frame would have sent them, not later.
+    assert [(round(t, 3), round(ms)) for t, ms, _ in sent] == [(0, 100), (0, 100), (0, 100), (0, 20),
+                                                                (0.02, 20)]

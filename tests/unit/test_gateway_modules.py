@@ -1,0 +1,47 @@
+"""The gateway's modules form no import cycle, and the pure ones stay pure."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
+
+
+def gateway_imports() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in GATEWAY.glob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "gateway":
+                    names |= {alias.name for alias in node.names}
+                elif node.module.startswith("gateway."):
+                    names.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("gateway.")}
+        graph[path.stem] = names
+    return graph
+
+
+def test_no_import_cycles_in_the_gateway():
+    graph = gateway_imports()
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for imported in sorted(graph.get(module, ())):
+            assert state.get(imported) != "open", "import cycle: " + " -> ".join([*path, imported])
+            if imported not in state:
+                visit(imported, [*path, imported])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_the_decision_modules_import_nothing_of_the_gateway():
+    graph = gateway_imports()
+    for leaf in ("bargein", "spoken", "phrases", "origin"):
+        assert graph[leaf] == set(), f"gateway/{leaf}.py should stay a leaf: {graph[leaf]}"
