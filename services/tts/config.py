@@ -25,4 +25,8 @@ class TtsSettings(ServiceSettings):
     # A sentence is rendered in pieces at its commas when both sides have at least
     # this many phonemes (~1 s of speech), so its first audio comes sooner; 0 renders whole sentences.
     min_phrase_phonemes: int = 24
+    # The reply's first piece starts at its first comma once it holds this many characters, or
+    # after this many words when no comma comes, without waiting for the full stop (0: off).
+    first_clause_chars: int = 12
+    first_clause_words: int = 8
     max_text_chars: int = 4000

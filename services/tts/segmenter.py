@@ -13,6 +13,13 @@ last comma (or ; :) within that length, or at the first one after it, so a
 long sentence's first audio is not held back until its full stop arrives.
 A punctuation mark at the very end of the text so far waits for the next
 delta: "3." may become "3.5".
+
+The first piece of a reply does not wait for its full stop: it is cut at its
+first comma (or ; :) once it holds ``first_clause_chars``, or, when no such
+mark comes, after ``first_clause_words`` words at a word boundary, so the
+first audio starts while the model is still writing the sentence. A comma cut
+joins without a seam (piper pauses at a comma anyway); the word cut is the
+fallback for a long clause with no punctuation.
 """
 
 from __future__ import annotations
@@ -40,9 +47,13 @@ MIN_CLAUSE_CHARS = 12
 
 
 class SentenceSegmenter:
-    def __init__(self, max_clause_chars: int = 120) -> None:
+    def __init__(self, max_clause_chars: int = 120, first_clause_chars: int = 0,
+                 first_clause_words: int = 0) -> None:
         self.max_clause_chars = max_clause_chars
+        self.first_clause_chars = first_clause_chars  # 0: the first piece is a whole sentence
+        self.first_clause_words = first_clause_words  # 0: no cut at a word boundary
         self._buffer = ""
+        self._started = False  # a piece was cut already: the first-clause rule is spent
 
     def push(self, text: str) -> list[str]:
         """Add streamed text; return the sentences it completed."""
@@ -61,7 +72,21 @@ class SentenceSegmenter:
             sentence, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:]
             if sentence:
                 sentences.append(sentence)
+                self._started = True
         return sentences
+
+    def _first_clause_cut(self) -> int | None:
+        """Where the reply's first piece may end before its sentence does, if anywhere yet."""
+        if self._started or not self.first_clause_chars:
+            return None
+        for mark in _CLAUSE_BREAK.finditer(self._buffer):
+            if mark.end() >= self.first_clause_chars:
+                return mark.end()
+        if self.first_clause_words:
+            words = list(re.finditer(r"\S+(?=\s)", self._buffer))
+            if len(words) >= self.first_clause_words and not _BOUNDARY.search(self._buffer):
+                return words[self.first_clause_words - 1].end()
+        return None
 
     def _next_cut(self, final: bool) -> int | None:
         for match in _BOUNDARY.finditer(self._buffer):
@@ -74,8 +99,15 @@ class SentenceSegmenter:
                 # may continue it ("3." + "5 dollars"), so wait for a space.
                 continue
             if self._is_boundary(match, final):
-                return match.end()
-        return self._clause_cut()
+                return self._earlier(match.end())
+        return self._earlier(None) or self._clause_cut()
+
+    def _earlier(self, boundary: int | None) -> int | None:
+        """The sentence boundary, or the reply's first clause when that ends sooner."""
+        first = self._first_clause_cut()
+        if first is not None and (boundary is None or first < boundary):
+            return first
+        return boundary
 
     def _is_boundary(self, match: re.Match[str], final: bool) -> bool:
         punct = match["punct"]

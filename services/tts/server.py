@@ -139,7 +139,8 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 await reader
 
     async def _read(self, requests, sentences: asyncio.Queue) -> None:
-        segmenter = SentenceSegmenter(self.settings.max_clause_chars)
+        segmenter = SentenceSegmenter(self.settings.max_clause_chars, self.settings.first_clause_chars,
+                                      self.settings.first_clause_words)
         total = 0
         try:
             async for request in requests:

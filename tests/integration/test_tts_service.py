@@ -45,12 +45,14 @@ class PiperProcess:
 
 @pytest.fixture(scope="module")
 def piper_tts():
-    """The real TTS service (piper). Clauses are not cut by length here, so LONG_SENTENCE
-    stays one sentence of many phrases."""
+    """The real TTS service (piper). Clauses are not cut by length here, nor is the first one
+    cut early (tests/unit/test_segmenter.py has that rule), so LONG_SENTENCE stays one sentence
+    of many phrases."""
     stack = Stack(LOG_ROOT / "tts", quiet=True)
     try:
         proc = stack.start_service("tts", "services.tts.server", {
-            "TTS_PORT": "0", "TTS_METRICS_PORT": "0", "TTS_MAX_CLAUSE_CHARS": "2000"})
+            "TTS_PORT": "0", "TTS_METRICS_PORT": "0", "TTS_MAX_CLAUSE_CHARS": "2000",
+            "TTS_FIRST_CLAUSE_CHARS": "0"})
         yield PiperProcess(f"127.0.0.1:{proc.ready['grpc']}", proc.ready["metrics"])
     finally:
         stack.stop()
@@ -248,7 +250,7 @@ class BlockingEngine(ScriptedEngine):
 @pytest.fixture
 async def scripted_tts(request):
     engine = getattr(request, "param", ScriptedEngine)()
-    settings = TtsSettings(port=0, metrics_port=0, workers=2)
+    settings = TtsSettings(port=0, metrics_port=0, workers=2, first_clause_chars=0)  # whole sentences
     servicer = TextToSpeechServicer(settings, engine)
 
     def register(server):

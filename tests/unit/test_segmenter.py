@@ -79,3 +79,36 @@ def test_korean_long_clause_is_cut_at_a_comma():
     streamed, flushed = segment([text], max_clause=20)
     assert streamed == ["창가 자리는 이미 예약되어 있어서,"]
     assert flushed == ["안쪽 자리로 준비해 드릴 수 있는데 괜찮으실까요"]
+
+
+def stream_words(segmenter: SentenceSegmenter, text: str) -> list[str]:
+    pieces = []
+    for word in text.split(" "):
+        pieces += segmenter.push(word + " ")
+    return pieces + segmenter.flush()
+
+
+def test_the_first_clause_starts_at_its_comma_before_the_sentence_ends():
+    seg = SentenceSegmenter(first_clause_chars=12, first_clause_words=8)
+    pieces = stream_words(seg, "I have a table for two on Friday, December fourth at seven. Shall I book it?")
+    assert pieces == ["I have a table for two on Friday,", "December fourth at seven.", "Shall I book it?"]
+
+
+def test_a_long_first_clause_without_a_comma_is_cut_at_a_word_boundary():
+    seg = SentenceSegmenter(first_clause_chars=12, first_clause_words=8)
+    pieces = stream_words(seg, "Our kitchen serves vegetarian and vegan dishes every single day of the week.")
+    assert pieces[0] == "Our kitchen serves vegetarian and vegan dishes every"
+    assert " ".join(pieces) == "Our kitchen serves vegetarian and vegan dishes every single day of the week."
+
+
+def test_a_short_first_sentence_and_an_early_comma_are_left_whole():
+    seg = SentenceSegmenter(first_clause_chars=12, first_clause_words=8)
+    pieces = stream_words(seg, "Sure, we open at noon. Anything else?")
+    assert pieces == ["Sure, we open at noon.", "Anything else?"]
+
+
+def test_only_the_first_piece_is_cut_early():
+    seg = SentenceSegmenter(first_clause_chars=12, first_clause_words=8)
+    later = "We also have a terrace, which is heated in winter."
+    pieces = stream_words(seg, "Yes, we certainly do, every day. " + later)
+    assert pieces == ["Yes, we certainly do,", "every day.", later]
