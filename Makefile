@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-dialog bench-guard clean
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-dialog bench-guard bench-v2v clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
@@ -45,6 +45,11 @@ bench-dialog: setup
 ## The topic guard's block rates on tests/guard_corpora with the real model.
 bench-guard: setup
 	$(PY) -m services.brain.bench_guard $(ARGS)
+
+## Voice to voice at the client through the stack make run starts: spoken questions, guard on
+## and off, and booking changes through the model; per-stage p50/p95, table and JSON.
+bench-v2v: setup
+	$(PY) -m voicebot.bench_v2v $(ARGS)
 
 bench-bargein: setup
 	$(PY) -m gateway.bench

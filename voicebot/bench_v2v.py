@@ -1,0 +1,241 @@
+"""``make bench-v2v``: voice to voice through the stack as ``make run`` starts it, measured at the client.
+
+Spoken turns (piper and espeak-ng voices at several speeds) stream over the
+gateway's WebSocket in real-time 20 ms frames, silence between them, as a
+caller's microphone does. For each turn the client measures end of speech (its
+last speech frame sent) → first reply audio received, and reads the gateway's
+per-stage ``turn.metrics`` (endpoint, stt, llm_ttft, tts_ttfa). The caller
+listens to the whole reply before speaking again. Cases, in one run:
+
+- ``questions, guard on`` / ``guard off``: questions only the model can answer;
+- ``booking via the model``: changes to a booking that the rules do not parse, so
+  the model proposes (the read-back is still made by code).
+
+Prints a table and JSON. ``--rounds`` repeats the question set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voicebot.common.audio import float_to_pcm16
+from voicebot.common.stats import percentile
+from voicebot.devstack import (
+    Stack,
+    free_port,
+    main_llm_threads,
+    redis_url_for,
+    start_brain_and_gateway,
+    start_guard_llm,
+    start_mcp_servers,
+    start_speech,
+)
+
+RATE = 16000
+FRAME = RATE // 50 * 2  # 20 ms of PCM16
+TOKEN = "tok-v2v"
+VOICES = [("piper", 0), ("espeak", ("en-us", 165)), ("espeak", ("en-gb", 180)), ("espeak", ("en-us+f3", 150))]
+QUESTIONS = [
+    "Do you have vegetarian dishes?", "Can I bring my dog?", "Is there parking nearby?",
+    "What time do you close on Sundays?", "Do you have a menu for children?",
+    "Is the restaurant wheelchair accessible?", "Can I bring my own wine?", "Do you take credit cards?",
+    "Is there a dress code?", "Do you have gluten free options?", "How far are you from the train station?",
+    "Can we sit outside on the terrace?", "Do you serve breakfast?", "Is it loud in the evening?",
+    "Do you have vegan desserts?", "Can I order takeaway?",
+]
+BOOKING = [
+    "I'd like a table for two on Friday at seven pm, my name is Robin.",  # rules: read back by code
+    "Hmm, could you make it a little later in the evening?",  # the model proposes
+    "And could we have a table for the whole family instead, we are four?",
+    "Actually, what about the same time on Saturday instead?",
+]
+STAGES = ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")
+
+
+def speech(text: str, voice: tuple[str, Any]) -> bytes:
+    from services.stt.bench import espeak_speech, piper_speech
+
+    kind, options = voice
+    audio = piper_speech(text) if kind == "piper" else espeak_speech(text, *options)
+    return float_to_pcm16(np.asarray(audio, dtype=np.float32))
+
+
+@dataclass
+class Turn:
+    case: str
+    text: str
+    voice: str
+    v2v_ms: float | None = None
+    stages: dict[str, Any] = field(default_factory=dict)
+    reply: str = ""
+
+
+class Microphone:
+    """Real-time frames from a queue, silence when there is nothing to say; events time-stamped."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.pending: list[bytes] = []
+        self.last_speech_sent: float | None = None
+        self.received: list[tuple[float, str, Any]] = []
+        self.tasks = [asyncio.create_task(self._send()), asyncio.create_task(self._listen())]
+
+    async def _send(self) -> None:
+        due = time.perf_counter()
+        while True:
+            spoken = bool(self.pending)
+            await self.ws.send(self.pending.pop(0) if spoken else bytes(FRAME))
+            if spoken:
+                self.last_speech_sent = time.perf_counter()
+            due = max(due + 0.02, time.perf_counter() - 0.1)
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+
+    async def _listen(self) -> None:
+        async for message in self.ws:
+            now = time.perf_counter()
+            if isinstance(message, bytes):
+                self.received.append((now, "audio", len(message)))
+            else:
+                event = json.loads(message)
+                self.received.append((now, event["type"], event))
+
+    async def say(self, pcm: bytes, timeout: float = 60.0) -> tuple[float | None, dict[str, Any], str]:
+        """Speak, wait for the reply to be heard out; (end of speech → first audio ms, metrics, reply)."""
+        mark = len(self.received)
+        self.last_speech_sent = None
+        self.pending += [pcm[i:i + FRAME].ljust(FRAME, b"\0") for i in range(0, len(pcm), FRAME)]
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            await asyncio.sleep(0.02)
+            events = self.received[mark:]
+            if any(kind == "turn.metrics" for _, kind, _ in events) and (
+                    any(kind == "audio.end" for _, kind, _ in events)
+                    or not any(kind == "audio" for _, kind, _ in events)):
+                break
+        events = self.received[mark:]
+        ended = self.last_speech_sent
+        first_audio = next((t for t, kind, _ in events if kind == "audio" and ended and t > ended), None)
+        metrics = next((e["ms"] for _, kind, e in events if kind == "turn.metrics"), {})
+        reply = next((e.get("text", "") for _, kind, e in events if kind == "reply.done"), "")
+        await asyncio.sleep(0.6)  # the client's playback buffer drains: the caller heard it all
+        return (first_audio - ended) * 1000 if first_audio and ended else None, metrics, reply
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def caller(url: str):
+    import websockets
+
+    async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
+                                  max_size=2**22) as ws:
+        await ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
+                                  "audio": {"encoding": "pcm16", "sample_rate": RATE}}))
+        while json.loads(await asyncio.wait_for(ws.recv(), 10)).get("type") != "session.started":
+            pass
+        mic = Microphone(ws)
+        try:
+            await asyncio.sleep(1.0)  # a little silence first, as when a call connects
+            yield mic
+        finally:
+            await mic.close()
+
+
+async def run_case(case: str, url: str, texts: list[str], per_session: int) -> list[Turn]:
+    turns: list[Turn] = []
+    for start in range(0, len(texts), per_session):
+        async with caller(url) as mic:
+            for index, text in enumerate(texts[start:start + per_session]):
+                voice = VOICES[(start + index) % len(VOICES)]
+                pcm = await asyncio.to_thread(speech, text, voice)
+                v2v, stages, reply = await mic.say(pcm)
+                turn = Turn(case, text, f"{voice[0]} {voice[1] or ''}".strip(), v2v, stages, reply)
+                turns.append(turn)
+                shown = f"{v2v:.0f} ms" if v2v is not None else "no audio"
+                print(f"  {case:24s} {shown:>9s}  {text[:50]:50s} → {reply[:60]}", flush=True)
+    return turns
+
+
+def summarise(turns: list[Turn]) -> dict[str, Any]:
+    def stat(values: list[float]) -> dict[str, float | None]:
+        return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95)}
+
+    measured = [t.v2v_ms for t in turns if t.v2v_ms is not None]
+    return {"turns": len(turns), "no_audio": sum(t.v2v_ms is None for t in turns),
+            "client_v2v_ms": stat(measured),
+            "stages_ms": {s: stat([t.stages[s] for t in turns if t.stages.get(s) is not None])
+                          for s in STAGES}}
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    def cell(value: dict[str, Any]) -> str:
+        p50, p95 = value["p50"], value["p95"]
+        return "–" if p50 is None else f"{p50:.0f} / {p95:.0f}"
+
+    rows = ["| case | turns | client v2v p50/p95 ms | " + " | ".join(STAGES) + " |",
+            "|---|---|---|" + "---|" * len(STAGES)]
+    for case, r in results.items():
+        rows.append(f"| {case} | {r['turns']} | {cell(r['client_v2v_ms'])} | "
+                    + " | ".join(cell(r["stages_ms"][s]) for s in STAGES) + " |")
+    return "\n".join(rows)
+
+
+async def main_async(rounds: int) -> dict[str, Any]:
+    stack = Stack(Path(tempfile.mkdtemp(prefix="bench-v2v-")), quiet=False)
+    try:
+        redis_port = free_port()
+        stack.start_redis(redis_port)
+        redis_url = redis_url_for(redis_port)
+        llm = stack.start_llm(free_port(), threads=main_llm_threads())
+        llm_url = f"http://127.0.0.1:{llm.ready['http']}/v1"
+        guard_url = start_guard_llm(stack, free_port())
+        stt, tts = start_speech(stack)
+        _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:",
+                                                                "RESERVATIONS_TODAY": "2026-11-30"})
+        pairs = {}
+        for name, guard in (("guard-on", "true"), ("guard-off", "false")):
+            _, gateway = start_brain_and_gateway(
+                stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
+                name=name, brain_env={**profile_env, "BRAIN_GUARD_LLM_BASE_URL": guard_url,
+                                      "BRAIN_GUARD_ENABLED": guard})
+            pairs[name] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
+        questions = QUESTIONS * rounds
+        cases = [("questions, guard on", "guard-on", questions, 4),
+                 ("questions, guard off", "guard-off", questions, 4),
+                 ("booking via the model", "guard-on", BOOKING, len(BOOKING))]
+        results = {case: summarise(await run_case(case, pairs[pair], texts, per_session))
+                   for case, pair, texts, per_session in cases}
+    finally:
+        stack.stop()
+    on, off = (results[c]["client_v2v_ms"]["p50"] for c in ("questions, guard on", "questions, guard off"))
+    results["guard_adds_to_p50"] = round(on / off - 1, 3) if on and off else None
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=1, help="how many times the question set is asked")
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args.rounds))
+    print()
+    print(table({k: v for k, v in results.items() if isinstance(v, dict)}))
+    print(f"\nguard adds {results['guard_adds_to_p50']:+.0%} to the p50" if results["guard_adds_to_p50"]
+          is not None else "")
+    print(json.dumps({"bench": "v2v", "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
