@@ -159,7 +159,13 @@ class Agent:
         log.info("LLM prompt cache warmed", extra={"seconds": round(time.perf_counter() - started, 2)})
 
     # ---- the turn ------------------------------------------------------
-    async def respond(self, request: brain_pb2.RespondRequest) -> AsyncIterator[brain_pb2.RespondEvent]:
+    async def respond(self, request: brain_pb2.RespondRequest,
+                      committed: asyncio.Event | None = None) -> AsyncIterator[brain_pb2.RespondEvent]:
+        """One turn. ``committed``: a turn started before the endpoint (preemptive) streams its
+        text at once, but its tools and writes wait, and nothing is stored, until it is set."""
+        if committed is None:
+            committed = asyncio.Event()
+            committed.set()
         history = await self._load(request)
         history.state.start_turn()
         turn = TurnRun(request, history, self.clock(), record={
@@ -175,11 +181,14 @@ class Agent:
             passed.set()
             if self.guard is not None:
                 turn.record["guard"] = {"allowed": True, "reason": "dialogue act in an ongoing task"}
-        main = asyncio.create_task(self._main(turn, passed, events))
+        cleared = asyncio.Event()  # the guard passed and the turn is committed: tools may run
+        clearing = asyncio.create_task(self._clear(passed, committed, cleared))
+        main = asyncio.create_task(self._main(turn, cleared, events))
         recorded = False
         try:
             async for event in self._merge(turn, main, guard, passed, events):
                 yield event
+            await committed.wait()  # a preemptive turn stores nothing before its commit
             if turn.record.get("guard", {}).get("allowed") is False:
                 outcome = "blocked"
                 await self._store_blocked(turn)
@@ -191,7 +200,7 @@ class Agent:
             if outcome != "blocked":
                 yield final
         finally:
-            for task in (main, guard):
+            for task in (main, guard, clearing):
                 if task is not None and not task.done():
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -199,6 +208,12 @@ class Agent:
             if not recorded:
                 # Cancelled (barge-in) or failed: recorded in the background, the turn is gone.
                 self._background_record(turn, "cancelled")
+
+    @staticmethod
+    async def _clear(passed: asyncio.Event, committed: asyncio.Event, cleared: asyncio.Event) -> None:
+        await passed.wait()
+        await committed.wait()
+        cleared.set()
 
     async def _store_blocked(self, turn: TurnRun) -> None:
         """Nothing the blocked turn made is stored, and its state changes are dropped; but the

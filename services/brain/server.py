@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import grpc
 import redis.asyncio as aioredis
@@ -53,7 +55,8 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
 
-    async def Respond(self, request: brain_pb2.RespondRequest, context: grpc.aio.ServicerContext):
+    async def Respond(self, request: brain_pb2.RespondRequest, context: grpc.aio.ServicerContext,
+                      committed: asyncio.Event | None = None):
         problem = validate(request)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
@@ -64,12 +67,59 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
         try:
             with TRACER.start_as_current_span("brain.respond", context=parent, kind=SpanKind.SERVER,
                                               attributes=attributes):
-                async for event in self.agent.respond(request):
+                async for event in self.agent.respond(request, committed):
                     yield event
         except RedisError as exc:
             REDIS_ERRORS.labels("brain").inc()
             log.error("session store unavailable", extra={"error": repr(exc)})
             await context.abort(grpc.StatusCode.UNAVAILABLE, "session store unavailable")
+
+
+    async def Converse(self, requests: AsyncIterator[brain_pb2.ConverseRequest],
+                       context: grpc.aio.ServicerContext):
+        """A preemptive turn: streamed at once, committed (tools, writes, history) by a later
+        message; a half-close without a commit discards it, like a cancel."""
+        first = await anext(aiter(requests), None)
+        if first is None or first.WhichOneof("request") != "start":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be start")
+        committed, ended = asyncio.Event(), asyncio.Event()
+        reader = asyncio.create_task(_read_commit(requests, committed, ended))
+        turn = aiter(self.Respond(first.start, context, committed))
+        try:
+            while True:
+                step = asyncio.ensure_future(anext(turn))
+                discarded = asyncio.ensure_future(_discarded(committed, ended))
+                done, _ = await asyncio.wait({step, discarded}, return_when=asyncio.FIRST_COMPLETED)
+                discarded.cancel()
+                if step not in done:  # the client gave up on it before committing: drop the turn
+                    step.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await step
+                    return
+                try:
+                    yield step.result()
+                except StopAsyncIteration:
+                    return
+        finally:
+            reader.cancel()
+            await turn.aclose()
+
+
+async def _read_commit(requests: AsyncIterator[brain_pb2.ConverseRequest], committed: asyncio.Event,
+                       ended: asyncio.Event) -> None:
+    try:
+        async for message in requests:
+            if message.WhichOneof("request") == "commit":
+                committed.set()
+    finally:
+        ended.set()
+
+
+async def _discarded(committed: asyncio.Event, ended: asyncio.Event) -> None:
+    """Returns once the client half-closed without committing."""
+    await ended.wait()
+    if committed.is_set():
+        await asyncio.Event().wait()  # committed: never discarded
 
 
 def chat_client(settings: BrainSettings, base_url: str, temperature: float) -> OpenAIChatClient:

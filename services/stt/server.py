@@ -77,6 +77,7 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
             language=language,
             session_id=config.session_id,
             interim_results=config.interim_results,
+            speculative_results=config.speculative_results,
             partial_interval_frames=max(1, s.partial_interval_ms // FRAME_MS),
             speculative_silence_frames=max(1, s.speculative_silence_ms // FRAME_MS),
         )

@@ -10,7 +10,9 @@ Three things happen per stream:
   ``partial_interval`` frames of new speech (when interim results are on), and
   once speech pauses for ``speculative_silence`` frames (always): that
   speculative decode usually holds exactly the audio the final needs, and it
-  runs while the endpointer is still waiting out the silence.
+  runs while the endpointer is still waiting out the silence. With
+  ``speculative_results`` its text is sent too (``Transcript.speculative``), so
+  the gateway can start the reply before the endpoint.
 - The finals task answers each ended utterance in order: with the text of a
   finished decode that already covered it, by awaiting the running decode
   that covers it, or else with a fresh decode ahead of every partial.
@@ -53,6 +55,7 @@ class StreamOptions:
     language: str
     session_id: str = ""
     interim_results: bool = False
+    speculative_results: bool = False  # send the decode made at a pause (a reply may start on it)
     partial_interval_frames: int = 12  # ~400 ms of new speech
     speculative_silence_frames: int = 2  # ~64 ms of pause
 
@@ -185,7 +188,7 @@ class RecognitionStream:
             finally:
                 self._job = None
             if result is not None:
-                self._on_partial(*result)
+                self._on_partial(*result, speculative=priority == SPECULATIVE)
 
     def _partial_segment(self) -> Segment | None:
         """Called when a worker is free: the newest audio, unless it was decoded already."""
@@ -198,8 +201,14 @@ class RecognitionStream:
         self._periodic_from = max(self._periodic_from, segment.speech_end_frame)
         return segment
 
-    def _on_partial(self, segment: Segment, text: str) -> None:
+    def _on_partial(self, segment: Segment, text: str, speculative: bool = False) -> None:
         self._latest[segment.utterance] = (segment, text)
+        if speculative and self._options.speculative_results and text and segment.utterance == self._open:
+            # The words up to this pause: the final reuses this decode when speech does not go on.
+            with contextlib.suppress(asyncio.QueueFull):
+                event = self._transcript(segment, text, final=False)
+                event.transcript.speculative = True
+                self._events.put_nowait(event)
         if not self._options.interim_results or segment.utterance != self._open:
             return  # a speculative decode only, or the utterance already ended
         if not text or text == self._partial_text:

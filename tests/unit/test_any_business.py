@@ -9,6 +9,7 @@ rule of confirm-before-write, checked on what the MCP server recorded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 
@@ -340,3 +341,57 @@ async def test_the_mcp_server_is_reached_with_the_profiles_auth_header(helpdesk,
     monkeypatch.setenv("HELPDESK_TOKEN", "wrong")
     with pytest.raises(Exception, match="helpdesk"):
         await build_registry(parse_profile(yaml.safe_load(PROFILE)), wait_s=0.5)
+
+
+# ---- preemptive turns (started before the endpoint) -------------------------------
+async def preemptive(caller: Caller, text: str):
+    """Start a turn that is not committed yet; returns (events so far, task, committed)."""
+    caller.turns += 1
+    request = brain_pb2.RespondRequest(session_id=caller.session, turn_id=f"t{caller.turns}",
+                                       user_id="alice", text=text)
+    committed, events = asyncio.Event(), []
+
+    async def run():
+        async for event in caller.agent.respond(request, committed):
+            events.append(event)
+
+    return events, asyncio.create_task(run()), committed
+
+
+async def test_a_discarded_preemptive_turn_runs_no_tools_and_leaves_no_history(desk):
+    caller, helpdesk, _ = desk
+    events, task, _ = await preemptive(caller, "any articles about printers?")
+    await asyncio.sleep(0.5)  # the model asked for a tool: it waits for the commit
+    assert helpdesk.calls == []
+    task.cancel()  # the endpoint heard other words: discarded
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    history = await caller.agent.store.load("alice", caller.session)
+    assert history.turns == [] and helpdesk.calls == []
+
+
+async def test_a_committed_preemptive_turn_is_an_ordinary_turn(desk):
+    caller, helpdesk, _ = desk
+    events, task, committed = await preemptive(caller, "any articles about printers?")
+    await asyncio.sleep(0.3)
+    assert helpdesk.calls == []
+    committed.set()
+    await asyncio.wait_for(task, 10)
+    assert [c[0] for c in helpdesk.calls] == ["search_articles"]
+    assert spoken(events) == "Here is what I found." and events[-1].WhichOneof("event") == "final"
+    [stored] = (await caller.agent.store.load("alice", caller.session)).turns
+    assert stored.user == "any articles about printers?"
+
+
+async def test_a_preemptive_yes_never_writes_before_its_commit(desk):
+    caller, helpdesk, _ = desk
+    await caller.say("my printer is jammed, please open a ticket")
+    _, task, _ = await preemptive(caller, "yes")
+    await asyncio.sleep(0.5)
+    assert helpdesk.writes() == []
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert helpdesk.writes() == [] and (await caller.state()).pending is not None  # still pending
+    await caller.say("yes")  # the real turn, after the endpoint
+    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]

@@ -34,13 +34,14 @@ def quiet(frames: int) -> bytes:
 class Harness:
     """A RecognitionStream whose events are collected as they come."""
 
-    def __init__(self, engine, interim: bool = False, interval: int = 5, rate: int = 16000) -> None:
+    def __init__(self, engine, interim: bool = False, interval: int = 5, rate: int = 16000,
+                 speculative: bool = False) -> None:
         self.engine = engine
         self.pool = DecodePool(engine, workers=1)
         recognizer = StreamRecognizer(LoudnessVad(), ENDPOINT, rate, pre_roll_ms=0)
         self.stream = RecognitionStream(recognizer, self.pool, StreamOptions(
             language="en", interim_results=interim, partial_interval_frames=interval,
-            speculative_silence_frames=2))
+            speculative_silence_frames=2, speculative_results=speculative))
         self.events: list = []
         self._arrived = asyncio.Condition()
         self._reader = asyncio.create_task(self._collect())
@@ -90,6 +91,26 @@ async def test_the_final_reuses_the_speculative_decode_of_the_pause():
     assert len(engine.calls) == 1  # the final did not decode again
     (final,) = h.transcripts(final=True)
     assert final.text == f"speech {engine.calls[0][0]} s"
+
+
+async def test_the_speculative_decode_is_sent_before_the_endpoint_when_asked_for():
+    engine = FakeSttEngine()
+    h = Harness(engine, speculative=True)
+    await h.stream.feed(quiet(5) + loud(20) + quiet(2))
+    await h.wait_for("partial")  # before the endpoint: the utterance is still open
+    assert h.kinds() == ["speech_started", "partial"]
+    [early] = h.transcripts(final=False)
+    assert early.speculative and early.text == f"speech {engine.calls[0][0]} s"
+    await h.stream.feed(quiet(10))
+    await h.finish()
+    [final] = h.transcripts(final=True)
+    assert final.text == early.text  # the endpoint confirmed the same words
+
+
+async def test_without_asking_no_speculative_decode_is_sent():
+    h = Harness(FakeSttEngine())
+    await h.stream.feed(quiet(5) + loud(20) + quiet(12))
+    assert await h.finish() == ["speech_started", "end_of_utterance", "final"]
 
 
 async def test_speech_after_the_pause_makes_the_speculative_decode_stale():

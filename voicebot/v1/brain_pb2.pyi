@@ -5,6 +5,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Commit(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConverseRequest(_message.Message):
+    __slots__ = ("start", "commit")
+    START_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    start: RespondRequest
+    commit: Commit
+    def __init__(self, start: _Optional[_Union[RespondRequest, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ...) -> None: ...
+
 class SpokenPart(_message.Message):
     __slots__ = ("turn_id", "text", "interrupted", "user_text")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]

@@ -41,6 +41,11 @@ class BrainStub:
                 request_serializer=voicebot_dot_v1_dot_brain__pb2.RespondRequest.SerializeToString,
                 response_deserializer=voicebot_dot_v1_dot_brain__pb2.RespondEvent.FromString,
                 _registered_method=True)
+        self.Converse = channel.stream_stream(
+                '/voicebot.v1.Brain/Converse',
+                request_serializer=voicebot_dot_v1_dot_brain__pb2.ConverseRequest.SerializeToString,
+                response_deserializer=voicebot_dot_v1_dot_brain__pb2.RespondEvent.FromString,
+                _registered_method=True)
 
 
 class BrainServicer:
@@ -54,12 +59,28 @@ class BrainServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Converse(self, request_iterator, context):
+        """A turn started before the endpoint, on a speculative transcript (preemptive
+        generation). The first message starts it; its text streams at once, but its
+        tools and writes wait, and nothing is stored, until a `commit` message says
+        the endpoint confirmed the same words. Cancel (or half-close without a
+        commit) to discard it: a discarded turn runs no tools and leaves no history.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrainServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Respond': grpc.unary_stream_rpc_method_handler(
                     servicer.Respond,
                     request_deserializer=voicebot_dot_v1_dot_brain__pb2.RespondRequest.FromString,
+                    response_serializer=voicebot_dot_v1_dot_brain__pb2.RespondEvent.SerializeToString,
+            ),
+            'Converse': grpc.stream_stream_rpc_method_handler(
+                    servicer.Converse,
+                    request_deserializer=voicebot_dot_v1_dot_brain__pb2.ConverseRequest.FromString,
                     response_serializer=voicebot_dot_v1_dot_brain__pb2.RespondEvent.SerializeToString,
             ),
     }
@@ -91,6 +112,33 @@ class Brain:
             target,
             '/voicebot.v1.Brain/Respond',
             voicebot_dot_v1_dot_brain__pb2.RespondRequest.SerializeToString,
+            voicebot_dot_v1_dot_brain__pb2.RespondEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Converse(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/voicebot.v1.Brain/Converse',
+            voicebot_dot_v1_dot_brain__pb2.ConverseRequest.SerializeToString,
             voicebot_dot_v1_dot_brain__pb2.RespondEvent.FromString,
             options,
             channel_credentials,

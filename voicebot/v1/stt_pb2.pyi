@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RecognitionConfig(_message.Message):
-    __slots__ = ("session_id", "turn_id", "language", "sample_rate", "interim_results", "endpoint_silence_ms", "encoding")
+    __slots__ = ("session_id", "turn_id", "language", "sample_rate", "interim_results", "endpoint_silence_ms", "encoding", "speculative_results")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -14,6 +14,7 @@ class RecognitionConfig(_message.Message):
     INTERIM_RESULTS_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_RESULTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     turn_id: str
     language: str
@@ -21,7 +22,8 @@ class RecognitionConfig(_message.Message):
     interim_results: bool
     endpoint_silence_ms: int
     encoding: str
-    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., language: _Optional[str] = ..., sample_rate: _Optional[int] = ..., interim_results: _Optional[bool] = ..., endpoint_silence_ms: _Optional[int] = ..., encoding: _Optional[str] = ...) -> None: ...
+    speculative_results: bool
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., language: _Optional[str] = ..., sample_rate: _Optional[int] = ..., interim_results: _Optional[bool] = ..., endpoint_silence_ms: _Optional[int] = ..., encoding: _Optional[str] = ..., speculative_results: _Optional[bool] = ...) -> None: ...
 
 class UtteranceContext(_message.Message):
     __slots__ = ("utterance_index", "turn_id", "traceparent")
@@ -50,18 +52,20 @@ class SpeechStarted(_message.Message):
     def __init__(self, offset_ms: _Optional[int] = ...) -> None: ...
 
 class Transcript(_message.Message):
-    __slots__ = ("text", "is_final", "start_ms", "end_ms", "language")
+    __slots__ = ("text", "is_final", "start_ms", "end_ms", "language", "speculative")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     IS_FINAL_FIELD_NUMBER: _ClassVar[int]
     START_MS_FIELD_NUMBER: _ClassVar[int]
     END_MS_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     text: str
     is_final: bool
     start_ms: int
     end_ms: int
     language: str
-    def __init__(self, text: _Optional[str] = ..., is_final: _Optional[bool] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., language: _Optional[str] = ...) -> None: ...
+    speculative: bool
+    def __init__(self, text: _Optional[str] = ..., is_final: _Optional[bool] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., language: _Optional[str] = ..., speculative: _Optional[bool] = ...) -> None: ...
 
 class EndOfUtterance(_message.Message):
     __slots__ = ("end_ms", "reason")
