@@ -360,7 +360,7 @@ async def preemptive(caller: Caller, text: str):
 
 async def test_a_discarded_preemptive_turn_runs_no_tools_and_leaves_no_history(desk):
     caller, helpdesk, _ = desk
-    events, task, _ = await preemptive(caller, "any articles about printers?")
+    _, task, _ = await preemptive(caller, "any articles about printers?")
     await asyncio.sleep(0.5)  # the model asked for a tool: it waits for the commit
     assert helpdesk.calls == []
     task.cancel()  # the endpoint heard other words: discarded
