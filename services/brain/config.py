@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from voicebot.common.config import ServiceSettings
@@ -35,6 +38,13 @@ class BrainSettings(ServiceSettings):
     # The profile's guard settings apply unless this turns the guard off.
     guard_enabled: bool = True
     guard_llm_base_url: str = ""
+    # Extra request fields (JSON) for the server at hand. llama-server: the main reply in slot 0
+    # and the guard in slot 1 with a one-word grammar, so neither evicts the other's prompt:
+    # BRAIN_LLM_EXTRA_BODY='{"id_slot": 0}', BRAIN_GUARD_EXTRA_BODY='{"id_slot": 1, "grammar":
+    # "root ::= \"ALLOW\" | \"BLOCK\""}'; vLLM: BRAIN_GUARD_EXTRA_BODY='{"guided_choice":
+    # ["ALLOW", "BLOCK"]}'.
+    llm_extra_body: dict[str, Any] = Field(default_factory=dict)
+    guard_extra_body: dict[str, Any] = Field(default_factory=dict)
     # The agent profile: a shipped name (profiles/NAME.yaml) or a path. Empty: a generic
     # assistant without tools.
     profile: str = ""

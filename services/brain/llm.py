@@ -79,6 +79,7 @@ class OpenAIChatClient:
         clock: Callable[[], float] = time.monotonic,
         probe_after_s: float = 1.0,
         probe_timeout_s: float = 0.8,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         # Not /models: llama-cpp-python serves it under the same lock as a generation.
@@ -86,6 +87,8 @@ class OpenAIChatClient:
         self.first_token_timeout_s = first_token_timeout_s
         self.probe_after_s = probe_after_s
         self.probe_timeout_s = probe_timeout_s
+        # Server-specific request fields, e.g. llama-server's id_slot and grammar, vLLM's guided_choice.
+        self.extra_body = dict(extra_body or {})
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -102,6 +105,7 @@ class OpenAIChatClient:
 
     def payload(self, messages, tools, max_tokens, response_format=None) -> dict[str, Any]:
         body: dict[str, Any] = {
+            **self.extra_body,
             "model": self.model,
             "messages": messages,
             "stream": True,

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import redis.asyncio as aioredis
@@ -122,21 +123,24 @@ async def _discarded(committed: asyncio.Event, ended: asyncio.Event) -> None:
         await asyncio.Event().wait()  # committed: never discarded
 
 
-def chat_client(settings: BrainSettings, base_url: str, temperature: float) -> OpenAIChatClient:
+def chat_client(settings: BrainSettings, base_url: str, temperature: float,
+                extra_body: dict[str, Any] | None = None) -> OpenAIChatClient:
     return OpenAIChatClient(
         base_url, settings.llm_model, settings.llm_api_key, settings.llm_max_tokens, temperature,
         settings.llm_deadline_s, settings.llm_first_token_timeout_s,
         probe_after_s=settings.llm_probe_after_s, probe_timeout_s=settings.llm_probe_timeout_s,
+        extra_body=extra_body,
     )
 
 
 def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) -> tuple[
         Agent, list[OpenAIChatClient], aioredis.Redis]:
-    chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature)
+    chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature, settings.llm_extra_body)
     clients = [chat]
     guard = None
     if settings.guard_enabled and profile.guard.enabled:
-        guard_chat = chat_client(settings, settings.guard_llm_base_url or settings.llm_base_url, 0.0)
+        guard_chat = chat_client(settings, settings.guard_llm_base_url or settings.llm_base_url, 0.0,
+                                 settings.guard_extra_body)
         clients.append(guard_chat)
         guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
                            profile.guard.block)

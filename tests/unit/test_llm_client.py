@@ -57,3 +57,11 @@ async def test_4xx_is_not_retried(scripted_llm):
     finally:
         scripted_llm.fail_status = 503
     assert clock.sleeps == []
+
+
+async def test_server_specific_fields_go_with_every_request(scripted_llm):
+    chat = OpenAIChatClient(scripted_llm.base_url, "m", extra_body={"id_slot": 1, "grammar": 'root ::= "A"'})
+    await collect(chat)
+    await chat.aclose()
+    body = scripted_llm.requests[-1]
+    assert body["id_slot"] == 1 and body["grammar"] == 'root ::= "A"' and body["model"] == "m"
