@@ -41,8 +41,8 @@ class BrainSettings(ServiceSettings):
     # Extra request fields (JSON) for the server at hand. llama-server: the main reply in slot 0
     # and the guard in slot 1 with a one-word grammar, so neither evicts the other's prompt:
     # BRAIN_LLM_EXTRA_BODY='{"id_slot": 0}', BRAIN_GUARD_EXTRA_BODY='{"id_slot": 1, "grammar":
-    # "root ::= \"ALLOW\" | \"BLOCK\""}'; vLLM: BRAIN_GUARD_EXTRA_BODY='{"guided_choice":
-    # ["ALLOW", "BLOCK"]}'.
+    # "root ::= \"ALLOW\" | \"BLOCK\""}'; vLLM 0.12+: BRAIN_GUARD_EXTRA_BODY='{"structured_outputs":
+    # {"choice": ["ALLOW", "BLOCK"]}}' (k8s/base/env/brain.env).
     llm_extra_body: dict[str, Any] = Field(default_factory=dict)
     guard_extra_body: dict[str, Any] = Field(default_factory=dict)
     # The agent profile: a shipped name (profiles/NAME.yaml) or a path. Empty: a generic
