@@ -20,6 +20,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -229,6 +231,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=1, help="how many times the question set is asked")
     args = parser.parse_args()
+    # A SIGTERM (timeout, kill) unwinds like Ctrl-C, so the stack this bench started is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = asyncio.run(main_async(args.rounds))
     print()
     print(table({k: v for k, v in results.items() if isinstance(v, dict)}))

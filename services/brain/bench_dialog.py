@@ -22,6 +22,7 @@ import asyncio
 import json
 import random
 import re
+import signal
 import string
 import sys
 import tempfile
@@ -267,6 +268,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="dialogues per profile")
     args = parser.parse_args()
     args.profile = args.profile or sorted(DIALOGS, key=lambda p: p != "restaurant")
+    # A SIGTERM (timeout, kill) unwinds like Ctrl-C, so the stack this bench started is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.exit(asyncio.run(main_async(args)))
 
 
