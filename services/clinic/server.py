@@ -18,23 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hmac
 import json
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any
 
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.clinic.store import InvalidRequest, OpeningTaken, Store
+from voicebot.common import mcp_http
 from voicebot.common.logs import setup_logging
+from voicebot.common.mcp_http import pinned_clock
 
 log = logging.getLogger("clinic")
 
@@ -131,54 +130,12 @@ def _add_tools(server: MCPServer, store: Store) -> None:
         return await _run(lambda: store.cancel(appointment_id))
 
 
-class BearerAuth:
-    """ASGI middleware: 401 for any HTTP request without the bearer token, except /healthz."""
-
-    OPEN_PATHS = frozenset({"/healthz"})  # probes carry no token
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS or self._authorized(scope):
-            await self.app(scope, receive, send)
-            return
-        response = JSONResponse({"error": "unauthorized", "message": "a valid bearer token is required"},
-                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        await response(scope, receive, send)
-
-    def _authorized(self, scope: Scope) -> bool:
-        given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-        return hmac.compare_digest(given, self._expected)  # constant time: no guessing by timing
-
-
-def _clock(today: dt.date | None) -> Callable[[], dt.datetime]:
-    if today is None:
-        return dt.datetime.now
-    # A pinned calendar stands at midnight, so every opening of that day is still bookable.
-    return lambda: dt.datetime.combine(today, dt.time.min)
-
-
 async def serve(settings: ClinicSettings) -> None:
-    store = Store(settings.db, _clock(settings.today))
-    app: ASGIApp = build_server(store).streamable_http_app(host=settings.host)
-    token = settings.token.get_secret_value()
-    if token:
-        app = BearerAuth(app, token)
-    log.info("access", extra={"bearer_token": bool(token)})
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
-                            access_log=False, lifespan="on", timeout_graceful_shutdown=3)
-    server = uvicorn.Server(config)
+    store = Store(settings.db, pinned_clock(settings.today))
+    app = build_server(store).streamable_http_app(host=settings.host)
     try:
-        task = asyncio.create_task(server.serve())
-        while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn exposes a flag only
-            await asyncio.sleep(0.05)
-        if server.started:
-            port = server.servers[0].sockets[0].getsockname()[1]
-            log.info("serving", extra={"port": port, "db": settings.db})
-            print(f"READY clinic http={port}", flush=True)
-        await task
+        await mcp_http.serve("clinic", app, settings.host, settings.port, settings.token.get_secret_value(),
+                             db=settings.db)
     finally:
         store.close()
 

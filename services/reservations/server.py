@@ -19,25 +19,24 @@ confirmation).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 from collections.abc import Callable
-from datetime import date, datetime
+from datetime import date
 from typing import Annotated, Any
 
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.reservations.failures import FailurePlan, parse_plan
 from services.reservations.store import InvalidRequest, SlotTaken, Store
+from voicebot.common import mcp_http
 from voicebot.common.logs import setup_logging
+from voicebot.common.mcp_http import pinned_clock
 
 log = logging.getLogger("reservations")
 
@@ -177,56 +176,13 @@ def _add_admin_tools(server: MCPServer, service: Reservations) -> None:
         return _ok({"pending": service.plan.pending()})
 
 
-class BearerAuth:
-    """ASGI middleware: 401 for any HTTP request without the bearer token, except /healthz."""
-
-    OPEN_PATHS = frozenset({"/healthz"})
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS or self._authorized(scope):
-            await self.app(scope, receive, send)
-            return
-        response = JSONResponse({"error": "unauthorized", "message": "a valid bearer token is required"},
-                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        await response(scope, receive, send)
-
-    def _authorized(self, scope: Scope) -> bool:
-        given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-        return hmac.compare_digest(given, self._expected)
-
-
-def _clock(today: date | None) -> Callable[[], datetime]:
-    if today is None:
-        return datetime.now
-    # A pinned calendar stands at midnight, so every slot of that day is still bookable.
-    return lambda: datetime.combine(today, datetime.min.time())
-
-
 async def serve(settings: ReservationsSettings) -> None:
-    store = Store(settings.db, _clock(settings.today))
+    store = Store(settings.db, pinned_clock(settings.today))
     service = Reservations(store, FailurePlan(parse_plan(settings.failures)))
-    app: ASGIApp = build_server(service, settings.admin).streamable_http_app(host=settings.host)
-    token = settings.token.get_secret_value()
-    if token:
-        app = BearerAuth(app, token)
-    log.info("access", extra={"admin_tools": settings.admin, "bearer_token": bool(token)})
-    # A graceful-shutdown bound: an injected 30 s "timeout" must not hold a SIGTERM that long.
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
-                            access_log=False, lifespan="on", timeout_graceful_shutdown=3)
-    server = uvicorn.Server(config)
+    app = build_server(service, settings.admin).streamable_http_app(host=settings.host)
     try:
-        task = asyncio.create_task(server.serve())
-        while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn exposes a flag only
-            await asyncio.sleep(0.05)
-        if server.started:
-            port = server.servers[0].sockets[0].getsockname()[1]
-            log.info("serving", extra={"port": port, "db": settings.db})
-            print(f"READY reservations http={port}", flush=True)
-        await task
+        await mcp_http.serve("reservations", app, settings.host, settings.port,
+                             settings.token.get_secret_value(), admin_tools=settings.admin, db=settings.db)
     finally:
         store.close()
 
