@@ -23,8 +23,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from pathlib import Path
 from typing import Any
+
+from voicebot.common import booking_db
+from voicebot.common.booking_db import WEEKDAYS, InvalidRequest, open_db, transaction
+
+__all__ = ["WEEKDAYS", "InvalidRequest", "OpeningTaken", "Store", "parse_day", "parse_time"]
 
 CLINICIANS = {"patel": "Dr. Patel", "kim": "Dr. Kim"}  # id -> the name callers use
 SESSIONS = (("09:00", "12:00"), ("14:00", "17:00"))  # morning and afternoon, end exclusive
@@ -32,7 +36,6 @@ LENGTH_MIN = 20
 BOOKING_DAYS = 21  # today and the 20 days after it
 MAX_LIMIT = 4
 MAX_TEXT = 200  # names and reasons: a sentence, not a document
-WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS appointments (
@@ -59,10 +62,6 @@ _APPOINTMENT_SELECT = ("SELECT appointment_id, date, start, clinician, patient_n
                        " FROM appointments")
 
 
-class InvalidRequest(Exception):
-    """Bad input (an unknown id, a date out of range): the text is for the model."""
-
-
 class OpeningTaken(Exception):
     """Someone else holds that opening."""
 
@@ -83,9 +82,7 @@ class Opening:
                 "clinician": CLINICIANS[self.clinician]}
 
 
-def _minutes(hhmm: str) -> int:
-    hours, minutes = hhmm.split(":")
-    return int(hours) * 60 + int(minutes)
+_minutes = booking_db.minutes
 
 
 def _hhmm(minutes: int) -> str:
@@ -97,27 +94,11 @@ START_TIMES = tuple(_hhmm(m) for first, end in SESSIONS
 
 
 def parse_day(text: str, today: date) -> date:
-    """An ISO date, 'today', 'tomorrow' or a weekday name (the nearest such day, today included)."""
-    word = text.strip().lower()
-    if word == "today":
-        return today
-    if word == "tomorrow":
-        return today + timedelta(days=1)
-    for index, name in enumerate(WEEKDAYS):
-        if word in (name, name[:3]):
-            return today + timedelta(days=(index - today.weekday()) % 7)
-    try:
-        return date.fromisoformat(word)
-    except ValueError:
-        raise InvalidRequest(f"date {text!r}: give a date as YYYY-MM-DD, 'today', 'tomorrow' "
-                             "or a weekday name") from None
+    return booking_db.parse_day(text, today, "date")
 
 
 def parse_time(text: str) -> str:
-    match = re.fullmatch(r"(\d{1,2}):(\d{2})", text.strip())
-    if not match or int(match[1]) > 23 or int(match[2]) > 59:
-        raise InvalidRequest(f"time {text!r}: give a time as HH:MM, e.g. 14:30")
-    return f"{int(match[1]):02d}:{match[2]}"
+    return booking_db.parse_time(text, "14:30")
 
 
 def parse_clinician(text: str) -> str | None:
@@ -154,16 +135,7 @@ def _birth_date(text: str, today: date) -> str:
 
 class Store:
     def __init__(self, path: str, clock: Callable[[], datetime] = datetime.now) -> None:
-        if path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            path = str(Path(path).expanduser())
-        # isolation_level=None: we open transactions ourselves (BEGIN IMMEDIATE).
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA busy_timeout = 5000")
-        if path != ":memory:":
-            self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA)
         self._lock = threading.Lock()
         self._clock = clock
 
@@ -238,7 +210,7 @@ class Store:
         name = _text(patient_name, "patient_name")
         why = _text(reason, "reason")
         born = _birth_date(date_of_birth, self.today())
-        with self._lock, _Transaction(self._db):
+        with self._lock, transaction(self._db):
             if key and (done := self._by_key(key)) is not None:
                 return done  # a retry of a booking that already went through
             opening = self.opening(opening_id)
@@ -262,7 +234,7 @@ class Store:
 
     def cancel(self, appointment_id: str) -> dict[str, Any]:
         appointment_id = appointment_id.strip().upper()
-        with self._lock, _Transaction(self._db):
+        with self._lock, transaction(self._db):
             updated = self._db.execute(
                 "UPDATE appointments SET status = 'cancelled' WHERE appointment_id = ?", (appointment_id,)
             ).rowcount
@@ -283,19 +255,6 @@ class Store:
     def _appointment(self, appointment_id: str) -> dict[str, Any]:
         query = f"{_APPOINTMENT_SELECT} WHERE appointment_id = ?"
         return _view(self._db.execute(query, (appointment_id,)).fetchone())
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE … COMMIT, ROLLBACK on any exception (business refusals included)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
 
 
 def _view(row: sqlite3.Row) -> dict[str, Any]:

@@ -9,21 +9,24 @@ take ``BEGIN IMMEDIATE`` so two processes on one file cannot double-book.
 
 from __future__ import annotations
 
-import re
+import contextlib
 import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from pathlib import Path
 from typing import Any
+
+from voicebot.common import booking_db
+from voicebot.common.booking_db import InvalidRequest, open_db, parse_day, transaction
+
+__all__ = ["InvalidRequest", "SlotTaken", "Store", "parse_day", "parse_time"]
 
 OPENING_TIMES = tuple(f"{h:02d}:{m:02d}" for h in range(18, 22) for m in (0, 30))  # 18:00 … 21:30
 TABLES = {2: 3, 4: 3}  # seats per table -> tables of that size in every time slot
 BOOKING_DAYS = 14  # today and the 13 days after it
 MAX_PEOPLE = max(TABLES)
-WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS slots (
@@ -48,40 +51,15 @@ CREATE INDEX IF NOT EXISTS reservations_slot ON reservations (slot_id, status);
 """
 
 
-class InvalidRequest(Exception):
-    """The caller asked for something that cannot be (bad day, unknown id): its text is for the model."""
-
-
 class SlotTaken(Exception):
     """No table of that size is left at that time."""
 
 
-def parse_day(text: str, today: date) -> date:
-    """An ISO date, a weekday name (the nearest such day, today included), 'today' or 'tomorrow'."""
-    word = text.strip().lower()
-    if word == "today":
-        return today
-    if word == "tomorrow":
-        return today + timedelta(days=1)
-    for index, name in enumerate(WEEKDAYS):
-        if word in (name, name[:3]):
-            return today + timedelta(days=(index - today.weekday()) % 7)
-    try:
-        return date.fromisoformat(word)
-    except ValueError:
-        raise InvalidRequest(f"day {text!r}: give a date as YYYY-MM-DD or a weekday name") from None
-
-
 def parse_time(text: str) -> str:
-    match = re.fullmatch(r"(\d{1,2}):(\d{2})", text.strip())
-    if not match or int(match[1]) > 23 or int(match[2]) > 59:
-        raise InvalidRequest(f"time {text!r}: give a time as HH:MM, e.g. 19:30")
-    return f"{int(match[1]):02d}:{match[2]}"
+    return booking_db.parse_time(text, "19:30")
 
 
-def _minutes(hhmm: str) -> int:
-    hours, minutes = hhmm.split(":")
-    return int(hours) * 60 + int(minutes)
+_minutes = booking_db.minutes
 
 
 @dataclass(frozen=True)
@@ -95,16 +73,7 @@ class _Slot:
 
 class Store:
     def __init__(self, path: str, clock: Callable[[], datetime] = datetime.now) -> None:
-        if path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            path = str(Path(path).expanduser())
-        # isolation_level=None: we open transactions ourselves (BEGIN IMMEDIATE).
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA busy_timeout = 5000")
-        if path != ":memory:":
-            self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_db(path, _SCHEMA)
         self._lock = threading.Lock()
         self._clock = clock
         self._seeded_for: date | None = None
@@ -225,8 +194,8 @@ class Store:
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _transaction(self) -> contextlib.AbstractContextManager[None]:
+        return transaction(self._db)
 
     def _slot(self, slot_id: str) -> _Slot:
         row = self._db.execute("SELECT * FROM slots WHERE slot_id = ?", (slot_id,)).fetchone()
@@ -242,19 +211,6 @@ class Store:
         row = self._db.execute(f"{_RESERVATION_SELECT} WHERE r.reservation_id = ?",
                                (reservation_id,)).fetchone()
         return _reservation_view(row)
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE … COMMIT, ROLLBACK on any exception (business refusals included)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
 
 
 # The phone column is deliberately not selected: nothing the model can reach returns it.
