@@ -250,7 +250,8 @@ class Call:
                             on_event=self._on_stt_event, on_ended=self._on_stt_ended,
                             on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
                             max_message_bytes=self.settings.stt_max_message_bytes,
-                            idle_batch_ms=self.settings.stt_idle_batch_ms, busy=self._busy)
+                            idle_batch_ms=self.settings.stt_idle_batch_ms, busy=self._busy,
+                            reconnected=lambda: self.upstreams.reconnected("stt"))
         return self._stt
 
     def _busy(self) -> bool:

@@ -147,7 +147,8 @@ class SttLink:
                  on_down: Callable[[grpc.StatusCode, str], Awaitable[None]],
                  max_frames: int, max_message_bytes: int, replay_ms: int = 600,
                  idle_batch_ms: int = 0, busy: Callable[[], bool] = lambda: True,
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None,
+                 reconnected: Callable[[], Awaitable[None]] | None = None) -> None:
         self._open, self._config = open_stream, config
         self._on_event, self._on_ended, self._on_down = on_event, on_ended, on_down
         self._bytes_per_ms = config.sample_rate * 2 / 1000
@@ -155,6 +156,8 @@ class SttLink:
         self._idle_batch_bytes = int(idle_batch_ms * self._bytes_per_ms)
         self._busy = busy  # an utterance is open or a reply is in flight: every frame goes at once
         self._backoff = backoff or Backoff()
+        # Returns once the STT channel is connected again after being down (see ``_pause``).
+        self._reconnected = reconnected
         self.outbox = AudioOutbox(max_frames, max_message_bytes)
         self.up = False  # a stream is open and takes audio
         self.down = False  # an outage was reported and has not ended
@@ -266,4 +269,16 @@ class SttLink:
                 if not self.down:
                     self.down = True
                     await self._on_down(status, detail)
-            await asyncio.sleep(self._backoff.delay(attempt) if attempt else 0.05)
+            await self._pause(self._backoff.delay(attempt) if attempt else 0.05, status)
+
+    async def _pause(self, delay: float, status: grpc.StatusCode) -> None:
+        """Wait before the next stream. STT unreachable (UNAVAILABLE): until the channel is
+        connected again or the backoff delay, whichever comes first. The channel itself retries
+        within about a second; a backoff grown to seconds during a restart would otherwise keep
+        the link down after STT is back, and the caller's first words then are lost (found by
+        tests/faults). A refusal (RESOURCE_EXHAUSTED) always waits out its backoff."""
+        if status != grpc.StatusCode.UNAVAILABLE or self._reconnected is None:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._reconnected(), delay)

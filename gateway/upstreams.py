@@ -35,6 +35,19 @@ class Upstreams:
         results = await asyncio.gather(*(check(n) for n in names))
         return dict(zip(names, results, strict=True))
 
+    async def reconnected(self, name: str) -> None:
+        """Return when the channel to ``name``, now down, is connected again (it reconnects
+        within about a second of the upstream's return, voicebot.common.internal_auth). A
+        channel that is up now gives no such moment: this waits until cancelled, and the
+        caller's own bound (a backoff delay) applies."""
+        channel = self.channels[name]
+        state = channel.get_state(try_to_connect=True)
+        if state == grpc.ChannelConnectivity.READY:
+            await asyncio.Event().wait()
+        while state != grpc.ChannelConnectivity.READY:
+            await channel.wait_for_state_change(state)
+            state = channel.get_state(try_to_connect=True)
+
     async def close(self) -> None:
         for channel in self.channels.values():
             await channel.close()
