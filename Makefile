@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-dialog bench-guard bench-v2v clean
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-dialog bench-guard bench-v2v clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
@@ -53,6 +53,10 @@ bench-v2v: setup
 
 bench-bargein: setup
 	$(PY) -m gateway.bench
+
+## Gateway capacity and added latency: the real gateway and brain, instant fake STT/TTS, a scripted LLM.
+bench-gateway: setup
+	$(PY) -m gateway.bench_gateway $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -137,7 +137,7 @@ def main() -> None:
         create_app(settings), host=settings.host, port=settings.port,
         # Frames beyond this close the socket with 1009; smaller oversize frames get an error event.
         ws_max_size=settings.max_message_bytes * 4, log_config=None, access_log=False,
-        lifespan="on", ws=serving.ws_protocol(settings.ws_impl),
+        lifespan="on",
         ws_per_message_deflate=settings.ws_per_message_deflate,
     )
     server = uvicorn.Server(config)

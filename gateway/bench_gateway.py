@@ -52,16 +52,14 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 VARIANTS = {
     # The gateway as configured by default.
     "tuned": {},
-    # One message per frame and per word, asyncio's loop, uvicorn's default WebSocket protocol.
     # Everything as the gateway did it before: a message per frame and per word, asyncio's loop,
-    # uvicorn's default WebSocket protocol, permessage-deflate.
-    "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_WS_IMPL": "websockets-sansio",
-                  "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true", "GATEWAY_STT_IDLE_BATCH_MS": "0",
-                  "GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
+    # permessage-deflate.
+    "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true",
+                  "GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
+                  "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                   "GATEWAY_REPLY_PHRASE_CHARS": "1"},
     # One change back at a time.
     "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
-    "uvicorn-ws": {"GATEWAY_WS_IMPL": "websockets-sansio"},
     "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
     "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
@@ -92,6 +90,8 @@ class Session:
     missed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     frames: int = 0
+    received: int = 0  # WebSocket messages from the gateway
+    deltas: int = 0
     closed: int | None = None
 
     def frame(self, now: float) -> bytes:
@@ -113,13 +113,16 @@ class Session:
     async def receive(self) -> None:
         try:
             async for message in self.ws:
+                self.received += 1
                 if isinstance(message, bytes):
                     if self.state == "waiting":
                         self.turns.append((time.perf_counter() - self.speech_end_at) * 1000)
                         self.state = "idle"
                     continue
                 event = json.loads(message)
-                if event["type"] == "error":
+                if event["type"] == "reply.delta":
+                    self.deltas += 1
+                elif event["type"] == "error":
                     self.errors[event["code"]] = self.errors.get(event["code"], 0) + 1
                 elif event["type"] == "turn.metrics":
                     self.stages.append(event["ms"])
@@ -167,6 +170,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     measure_from = time.perf_counter() + warmup_s
     end = measure_from + seconds
     cpu_start = frames_start = None
+    counters_start: dict[str, float] = {}
     others_start: dict[str, float] = {}
     tick = time.perf_counter()
     while (now := time.perf_counter()) < end:
@@ -174,11 +178,12 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
             cpu_start, frames_start = cpu_seconds(gateway_pid), sum(s.frames for s in sessions)
             others_start = {name: cpu_seconds(pid) for name, pid in others.items()}
             others_start["client"] = own_cpu_seconds()
+            counters_start = await gateway_counters(url)
             for s in sessions:
                 s.turns.clear()
                 s.brain_ms.clear()
                 s.stages.clear()
-                s.missed, s.errors = 0, {}
+                s.missed, s.errors, s.received, s.deltas = 0, {}, 0, 0
         phase = int((now - tick) * 1000 // (FRAME_MS / phases)) % phases
         for s in sessions:
             if s.phase == phase and s.closed is None:
@@ -188,6 +193,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         late_ms.append(max(0.0, (time.perf_counter() - now) * 1000))
         await asyncio.sleep(max(0.0, FRAME_MS / phases / 1000 - (time.perf_counter() - now)))
     cpu = cpu_seconds(gateway_pid) - (cpu_start or 0.0)
+    counters = {k: v - counters_start.get(k, 0.0) for k, v in (await gateway_counters(url)).items()}
     others_cores = {name: (cpu_seconds(pid) - others_start.get(name, 0.0)) / seconds
                     for name, pid in others.items()}
     others_cores["client"] = (own_cpu_seconds() - others_start.get("client", 0.0)) / seconds
@@ -214,6 +220,9 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         "closed": sum(s.closed is not None for s in sessions),
         "gateway_cores": cpu / seconds, "gateway_us_per_frame": cpu / max(1, frames) * 1e6,
         "client_tick_p99_ms": percentile(late_ms, 0.99), "other_cores": others_cores,
+        "stt_messages_per_frame": counters["stt_messages"] / max(1.0, counters["frames"]),
+        "ws_messages_per_turn": sum(s.received for s in sessions) / max(1, len(turns)),
+        "reply_deltas_per_turn": sum(s.deltas for s in sessions) / max(1, len(turns)),
         "gateway_stages_p50_ms": {stage: percentile([m[stage] for s in sessions for m in s.stages
                                                      if m.get(stage) is not None], 0.5)
                                   for stage in ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")},
@@ -255,6 +264,22 @@ def start_backends(stack: Stack, guard: bool) -> tuple[dict[str, int], str, dict
     return ports, redis_url, pids
 
 
+async def gateway_counters(url: str) -> dict[str, float]:
+    """The gateway's own counts: audio frames in, audio messages to STT."""
+    import httpx
+
+    names = {"voicebot_gateway_audio_frames_total": "frames",
+             "voicebot_gateway_stt_audio_messages_total": "stt_messages"}
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(url.replace("ws://", "http://").removesuffix("/v1/call") + "/metrics")).text
+    found = {"frames": 0.0, "stt_messages": 0.0}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in names:
+            found[names[name]] = float(value)
+    return found
+
+
 async def until_idle(http_url: str, timeout: float = 30.0) -> None:
     """Wait until the gateway has closed every session of the last level (they hold its slots)."""
     import httpx
@@ -291,6 +316,9 @@ def table(results: dict) -> str:
             f"  end of speech -> first reply audio, 1 session: p50 {fmt(lat['turn_p50_ms'])} ms, "
             f"p95 {fmt(lat['turn_p95_ms'])} ms ({lat['turns']} turns; the brain's own share "
             f"p50 {fmt(lat['brain_p50_ms'], '.0f')} ms)",
+            f"  messages: {fmt(lat['stt_messages_per_frame'], '.2f')} STT messages per audio frame, "
+            f"{fmt(lat['ws_messages_per_turn'], '.1f')} WebSocket messages to the client per turn "
+            f"({fmt(lat['reply_deltas_per_turn'], '.1f')} reply.delta)",
             "  sessions  admitted  refused  turns  p50 ms  p99 ms  brain p50  missed  errors      "
             "gw cores  us/frame  brain  fakes  client",
             "  --------  --------  -------  -----  ------  ------  ---------  ------  ----------  "

@@ -233,7 +233,8 @@ class Call:
         if not stt.send(data, now) and now - self._rate_limited_at >= 1.0:
             self._rate_limited_at = now  # said at most once a second, not once per dropped frame
             await self.send_error("rate_limited", "audio arrives faster than it can be processed")
-        await self._apply(self._barge_in.audio(stt.received_ms, now))
+        if self._barge_in.pending is not None:  # the per-frame path stays short otherwise
+            await self._apply(self._barge_in.audio(stt.received_ms, now))
 
     # ---- STT -----------------------------------------------------------
     def _end_utterance_spans(self, outcome: str) -> None:
@@ -281,7 +282,10 @@ class Call:
         else:
             await self.send_error("upstream_unavailable", "speech recognition is unavailable; retrying")
         if self.turn is None or not self.turn.audible(time.perf_counter()):
-            self._start_fallback_turn("cant_hear", "stt")
+            # At capacity the caller hears that the line is busy (fallback.py has the sentence),
+            # not that they cannot be heard: calling again later is what helps them.
+            full = code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            self._start_fallback_turn("busy" if full else "cant_hear", "stt")
 
     async def _on_stt_event(self, ev: stt_pb2.RecognizeEvent) -> None:
         kind = ev.WhichOneof("event")

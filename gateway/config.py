@@ -55,9 +55,6 @@ class GatewaySettings(BaseSettings):
     allowed_origins: str = "self,localhost"
     # The event loop: "uvloop" when it is installed, else asyncio's; "asyncio" forces asyncio's.
     loop: str = "auto"
-    # uvicorn's WebSocket implementation: "auto" picks the one that does not pause reading around
-    # every message (see app.py); "websockets", "websockets-sansio", "wsproto" force one.
-    ws_impl: str = "auto"
     # Speech while the bot talks pauses its audio at once; this much stream time since the
     # onset, with the utterance still open, confirms a barge-in (so does a partial
     # transcript with words). It includes the endpointer's closing silence

@@ -29,3 +29,6 @@ SESSION_REFUSALS = Counter("voicebot_gateway_refused_sessions_total",
 FALLBACKS = Counter("voicebot_gateway_fallbacks_total",
                     "Fallback sentences played to the caller, by what failed and where the audio came "
                     "from (tts: cached speech, tone: TTS was never reachable)", ["failed", "source"])
+STT_MESSAGES = Counter("voicebot_gateway_stt_audio_messages_total",
+                       "Audio messages written to STT streams (frames are merged while idle or backed up)")
+STT_FRAMES = Counter("voicebot_gateway_audio_frames_total", "Audio frames received from clients")

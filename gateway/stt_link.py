@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from gateway.metrics import STT_FAILURES, STT_STREAMS
+from gateway.metrics import STT_FAILURES, STT_FRAMES, STT_MESSAGES, STT_STREAMS
 from voicebot.v1 import stt_pb2
 
 log = logging.getLogger("gateway.stt")
@@ -66,6 +66,9 @@ class AudioOutbox:
         self._frames = 0
         self._bytes = 0
         self._ready = asyncio.Event()
+        # What the waiting ``take`` holds out for: frames below it do not wake it (a task
+        # switch per frame would cost more than the gRPC write it saves).
+        self._wake_at_bytes = 0
 
     def __len__(self) -> int:
         return self._frames
@@ -76,7 +79,8 @@ class AudioOutbox:
         self._items.append((frame, arrived))
         self._frames += 1
         self._bytes += len(frame)
-        self._ready.set()
+        if self._bytes >= self._wake_at_bytes:
+            self._ready.set()
         return True
 
     def put_context(self, context: stt_pb2.UtteranceContext) -> None:
@@ -107,9 +111,14 @@ class AudioOutbox:
     async def take(self, hold_bytes: Callable[[], int] = lambda: 0,
                    ) -> list[bytes | stt_pb2.UtteranceContext | None]:
         """Wait for something, then return it all: runs of audio merged into one message each."""
-        while not self._items or (self._bytes < hold_bytes() and isinstance(self._items[-1], tuple)):
+        while True:
+            hold = hold_bytes()
+            if self._items and (self._bytes >= hold or not isinstance(self._items[-1], tuple)):
+                break
+            self._wake_at_bytes = hold
             self._ready.clear()
             await self._ready.wait()
+        self._wake_at_bytes = 0
         out: list[bytes | stt_pb2.UtteranceContext | None] = []
         audio: list[bytes] = []
         size = 0
@@ -171,6 +180,7 @@ class SttLink:
     # ---- the call's side ----------------------------------------------------
     def send(self, frame: bytes, now: float) -> bool:
         """Queue a frame; False when too much is waiting (the client sends faster than real time)."""
+        STT_FRAMES.inc()
         if self._task is None:
             self.up = True  # the first stream opens now: its audio queues as usual
             self._task = asyncio.create_task(self._run())
@@ -229,6 +239,7 @@ class SttLink:
                 if item is None:
                     return
                 if isinstance(item, bytes):
+                    STT_MESSAGES.inc()
                     yield stt_pb2.RecognizeRequest(audio=item)
                 else:
                     yield stt_pb2.RecognizeRequest(utterance=item)

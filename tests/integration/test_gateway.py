@@ -84,6 +84,19 @@ async def test_bad_token_is_closed_with_4401(services):
     assert closed.value.rcvd.code == 4401
 
 
+async def test_a_page_on_another_origin_is_refused_and_clients_without_origin_are_not(services):
+    headers = {"Authorization": "Bearer tok-alice"}
+    ws = await websockets.connect(services.ws_url, additional_headers=headers, origin="https://evil.example")
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await ws.recv()
+    assert closed.value.rcvd.code == 4403
+    local = f"http://localhost:{services.gateway_port}"
+    async with websockets.connect(services.ws_url, additional_headers=headers, origin=local) as ws:
+        assert (await start_session(ws))["type"] == "session.started"
+    async with await connect(services) as ws:  # the CLI sends no Origin
+        assert (await start_session(ws))["type"] == "session.started"
+
+
 async def test_another_users_session_looks_like_no_session(services, scripted_llm):
     async with await connect(services, "tok-alice") as ws:
         session_id = (await start_session(ws))["session_id"]
