@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-dialog bench-guard bench-v2v clean
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-load bench-dialog bench-guard bench-v2v clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
@@ -57,6 +57,11 @@ bench-bargein: setup
 ## Gateway capacity and added latency: the real gateway and brain, instant fake STT/TTS, a scripted LLM.
 bench-gateway: setup
 	$(PY) -m gateway.bench_gateway $(ARGS)
+
+## N concurrent real-time callers (open microphones, a few speaking) through the real STT and TTS
+## (scripted LLM): dropped sessions, errors by code, turn latency percentiles per N, the capacity.
+bench-load: setup
+	$(PY) -m voicebot.bench_load $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -269,7 +269,10 @@ class SttLink:
             await self._on_ended()
             if self._closed:
                 return
-            if healthy or time.monotonic() - opened >= HEALTHY_AFTER_S:
+            # A refusal is never service, however long STT took to say it (a loaded STT took
+            # over 2 s at times: bench-load saw such callers told "overloaded" again and again).
+            refused = status == grpc.StatusCode.RESOURCE_EXHAUSTED
+            if healthy or (time.monotonic() - opened >= HEALTHY_AFTER_S and not refused):
                 attempt, self.down = 0, False
             else:
                 attempt += 1

@@ -239,6 +239,10 @@ class FakeUpstreams:
     def __init__(self, brain: FakeBrain, tts: FakeTts) -> None:
         self.brain, self.tts, self.stt = brain, tts, FakeStt()
 
+    async def reconnected(self, _name: str) -> None:
+        """No channel to watch: a down STT link waits out its backoff (as Upstreams does while up)."""
+        await asyncio.Event().wait()
+
 
 def make_call(brain: FakeBrain, tts: FakeTts, **settings) -> tuple[Call, FakeWebSocket]:
     ws = FakeWebSocket()
