@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-load bench-dialog bench-guard bench-v2v clean
 
-$(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
+$(VENV)/.installed: pyproject.toml scripts/bootstrap.sh scripts/build-llama-server.sh
 	bash scripts/bootstrap.sh
 
 setup: $(VENV)/.installed

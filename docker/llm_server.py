@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Entry point of the llama.cpp LLM image (docker/llm-cpu.Dockerfile).
 
-Runs the same server command as ``make run`` (voicebot.localllm.server_command:
-OpenAI-compatible /v1, model alias voicebot-llm, prompt cache on), configured
-from the environment:
+Runs llama-cpp-python's server (voicebot.localllm.python_server_command: OpenAI-compatible
+/v1, model alias voicebot-llm, prompt cache on; ``make run`` runs the native llama-server
+when it is built, this image ships the wheel), configured from the environment:
 
     LLM_HOST (0.0.0.0), LLM_PORT (8000), LLM_N_CTX (4096), LLM_THREADS (all cores)
     LLM_MODEL_PATH       any GGUF; unset = the packaged Qwen2.5-Coder-1.5B (voicebot/localllm.py)
@@ -21,7 +21,8 @@ from voicebot import localllm
 
 def build_command(env: Mapping[str, str]) -> list[str]:
     threads = int(env.get("LLM_THREADS") or 0) or None
-    return localllm.server_command(
+    return localllm.python_server_command(
+        localllm.model_path(),
         env.get("LLM_HOST") or "0.0.0.0",
         int(env.get("LLM_PORT") or 8000),
         n_ctx=int(env.get("LLM_N_CTX") or 4096),

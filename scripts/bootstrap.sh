@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install everything, models included, from the package registries.
-# Safe to re-run; the slow step (compiling llama-cpp-python) happens once and is cached.
+# Safe to re-run; the slow step (compiling llama-server) happens once and is cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,15 +20,23 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip wheel setuptools
 
-mkdir -p "$WHEELS"
-if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
-  echo "==> building llama-cpp-python $LLAMA_VERSION from source (once; about 7 minutes on 2 cores)"
-  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-    "$VENV/bin/python" -m pip wheel --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$WHEELS"
+# The local LLM server: llama.cpp's native llama-server, built once from the llama.cpp that
+# the llama-cpp-python sdist vendors (voicebot/localllm.py runs it). Only when that build
+# fails, the llama-cpp-python server is the fallback (its wheel also compiles once).
+EXTRAS="stt,tts,models,dev"
+if ! VENV="$VENV" LLAMA_VERSION="$LLAMA_VERSION" bash scripts/build-llama-server.sh; then
+  echo "==> llama-server could not be built; falling back to the llama-cpp-python server" >&2
+  mkdir -p "$WHEELS"
+  if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+    echo "==> building llama-cpp-python $LLAMA_VERSION from source (once; about 7 minutes on 2 cores)"
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+      "$VENV/bin/python" -m pip wheel --no-deps "llama-cpp-python==$LLAMA_VERSION" -w "$WHEELS"
+  fi
+  EXTRAS="$EXTRAS,llm"
 fi
 
 echo "==> installing voicebot with its engines and packaged models"
-"$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[stt,tts,models,llm,dev]"
+"$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[$EXTRAS]"
 # checkov pins packaging<24 (pytest needs >=24): it lives in its own venv under .venv/tools.
 bash tests/deploy/install-checkov.sh
 

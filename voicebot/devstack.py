@@ -95,6 +95,8 @@ class Stack:
         self._lock = threading.Lock()
         self._stopping = False
         self._closed = False
+        # The native llama-server that serves the main reply and the guard (in their own slots).
+        self.shared_llm: Proc | None = None
 
     def say(self, message: str) -> None:
         if not self.quiet:
@@ -195,19 +197,29 @@ class Stack:
         return path
 
     def start_llm(self, port: int, timeout: float = 300, name: str = "llm", n_ctx: int = 4096,
-                  threads: int | None = None, replace: Proc | None = None) -> Proc:
+                  threads: int | None = None, replace: Proc | None = None,
+                  native: bool | None = None) -> Proc:
+        """The local LLM server: native llama-server (``localllm.SLOTS`` slots of ``n_ctx``
+        each; the first one this stack starts is also the guard's, see ``start_guard_llm``),
+        or the llama-cpp-python fallback when the binary was not built (or ``native`` is False)."""
         from voicebot import localllm
 
-        self.say(f"starting the local LLM server (llama.cpp) as {name} ...")
-        proc = self.spawn(name, localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads),
-                          replace=replace)
-        proc.relaunch = lambda: self.start_llm(port, timeout, name, n_ctx, threads, replace=proc)
+        argv = localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads, native=native)
+        kind = "llama-server" if localllm.is_native(argv) else "llama-cpp-python"
+        self.say(f"starting the local LLM server ({kind}) as {name} ...")
+        proc = self.spawn(name, argv, replace=replace)
+        proc.relaunch = lambda: self.start_llm(port, timeout, name, n_ctx, threads, replace=proc,
+                                               native=native)
         try:
+            # /v1/models answers 200 on both servers only once the model is loaded (llama-server
+            # says 503 while loading).
             self._wait_http(proc, f"http://127.0.0.1:{port}/v1/models", timeout)
         except StartupError:
             self._kill(proc)
             raise
         proc.ready = {"http": port}
+        if localllm.is_native(argv) and (self.shared_llm is None or self.shared_llm is replace):
+            self.shared_llm = proc
         self.say(f"  {name} ready on {port}")
         return proc
 
@@ -263,6 +275,7 @@ class Stack:
                 self._kill(proc)
         with self._lock:
             self.procs.clear()
+            self.shared_llm = None
             self._stopping = self._closed
 
 
@@ -357,18 +370,34 @@ class Supervisor:
 
 
 def start_guard_llm(stack: Stack, port: int) -> str:
-    """The topic guard's own llama.cpp instance. On the CPU default the guard on the main
-    server waits behind (or, by llama.cpp's default, aborts) the main reply; on its own
-    instance it adds nothing measurable to time to first token (make bench-brain)."""
-    # One thread: llama.cpp's threads spin while they wait, so two instances that together
-    # ask for more threads than there are cores slow each other down many times over.
-    proc = stack.start_llm(port, name="llm-guard", n_ctx=1024, threads=1)
+    """The topic guard's LLM URL.
+
+    Native llama-server: the stack's main server (the guard's requests name their own slot,
+    ``localllm.GUARD_SLOT``, so they never evict the main reply's cached prompt, and both run
+    batched on all cores); a stack without one gets one here, on ``port``. The
+    llama-cpp-python fallback runs one request at a time (a guard call there waits behind the
+    main reply), so the guard gets its own one-thread instance on ``port``.
+    """
+    from voicebot import localllm
+
+    if stack.shared_llm is not None:
+        return f"http://127.0.0.1:{stack.shared_llm.ready['http']}/v1"
+    if localllm.server_binary() is not None:
+        proc = stack.start_llm(port)
+    else:
+        # One thread: llama.cpp's threads spin while they wait, so two instances that together
+        # ask for more threads than there are cores slow each other down many times over.
+        proc = stack.start_llm(port, name="llm-guard", n_ctx=1024, threads=1)
     return f"http://127.0.0.1:{proc.ready['http']}/v1"
 
 
 def main_llm_threads() -> int:
-    """Cores left for the main LLM next to the guard's one-thread instance."""
-    return max(1, (os.cpu_count() or 2) - 1)
+    """Threads of the main LLM server: every core for the native server (the guard shares its
+    process), one core less next to the fallback's one-thread guard instance."""
+    from voicebot import localllm
+
+    cores = os.cpu_count() or 2
+    return cores if localllm.server_binary() is not None else max(1, cores - 1)
 
 
 def start_speech(stack: Stack, ports: dict[str, int] | None = None,

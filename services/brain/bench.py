@@ -1,21 +1,32 @@
 """Brain benchmark (``make bench-brain``): prefix-cache and topic-guard effects on TTFT.
 
-Against the local llama.cpp server (started here, on free ports), in one run:
+Against the local LLM server as ``make run`` starts it (on free ports), in one run, for each
+server kind that is installed (``--servers``):
+
+- native: one llama-server with two slots; the main reply in slot 0, the guard in slot 1
+  with its one-word grammar (the request fields ``localllm.main_request_fields`` and
+  ``guard_request_fields`` name)
+- python: the llama-cpp-python fallback, the main server on cores-1 threads and the guard's
+  own one-thread instance (the design before llama-server)
+
+Cases per kind:
 
 - warm:       turn N of a session whose previous prompt is cached (stable context order)
 - perturbed:  the same turn with one byte changed at the start of the prompt (cache miss)
 - guard-same: warm, with the topic guard running in parallel on the *same* server
-- guard-own:  warm, with the guard on its own server instance (the CPU default's design)
+- guard-own:  warm, with the guard on its own server instance (python only)
 
 Prints a table and JSON with TTFT p50/p95 per case and the ratios the issue asks for
-(warm/perturbed ≤ 0.3, guard overhead ≤ 10 %).
+(warm/perturbed ≤ 0.3, guard overhead ≤ 10 %), and native over python.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -27,8 +38,9 @@ from services.brain.llm import OpenAIChatClient
 from services.brain.profile import load_profile
 from services.brain.prompts import system_prompt
 from services.brain.session_store import Turn
+from voicebot import localllm
 from voicebot.common.stats import percentile
-from voicebot.devstack import Stack, free_port, main_llm_threads, start_guard_llm
+from voicebot.devstack import Stack, free_port, main_llm_threads
 
 PROFILE = load_profile("restaurant")
 DOMAIN = PROFILE.purpose
@@ -108,33 +120,56 @@ def report(results: dict[str, list[float]]) -> dict:
     return summary
 
 
-def print_table(summary: dict) -> None:
-    print(f"{'case':<12} {'p50 ms':>8} {'p95 ms':>8} {'n':>3}")
-    for name, row in summary.items():
-        if name != "ratios":
-            print(f"{name:<12} {row['p50_ms']:>8} {row['p95_ms']:>8} {row['n']:>3}")
-    for name, value in summary["ratios"].items():
+def print_table(summaries: dict[str, dict]) -> None:
+    print(f"{'server':<8} {'case':<12} {'p50 ms':>8} {'p95 ms':>8} {'n':>3}")
+    for kind, summary in summaries.items():
+        if kind == "ratios":
+            continue
+        for name, row in summary.items():
+            if name != "ratios":
+                print(f"{kind:<8} {name:<12} {row['p50_ms']:>8} {row['p95_ms']:>8} {row['n']:>3}")
+        for name, value in summary["ratios"].items():
+            print(f"{kind:<8} {name}: {value}")
+    for name, value in summaries.get("ratios", {}).items():
         print(f"{name}: {value}")
 
 
-async def run(args) -> dict:
-    """Starts the LLM servers as `make run` does: the main one, and the guard's own instance."""
+class SlotClient(OpenAIChatClient):
+    """The brain's client with llama-server's extra request fields (``id_slot``, ``grammar``)."""
+
+    def __init__(self, *args, fields: dict | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields = fields or {}
+
+    def payload(self, *args, **kwargs) -> dict:
+        return {**super().payload(*args, **kwargs), **self.fields}
+
+
+async def run_kind(kind: str, args) -> dict:
+    """One server kind as `make run` starts it: native = one llama-server for main and guard;
+    python = the main llama-cpp-python server and the guard's own instance."""
     stack = Stack(Path(".run/bench-brain"), quiet=False)
     clients: list[OpenAIChatClient] = []
 
-    def client(url: str) -> OpenAIChatClient:
-        clients.append(OpenAIChatClient(url, "voicebot-llm", deadline_s=60, first_token_timeout_s=300))
+    def client(url: str, fields: dict | None = None) -> OpenAIChatClient:
+        clients.append(SlotClient(url, "voicebot-llm", deadline_s=60, first_token_timeout_s=300,
+                                  fields=fields))
         return clients[-1]
 
     try:
-        own_instance = not args.no_second_instance
+        native = kind == "native"
         main_port = free_port()
-        threads = args.main_threads or (main_llm_threads() if own_instance else None)
-        stack.start_llm(main_port, threads=threads)
-        main = client(f"http://127.0.0.1:{main_port}/v1")
-        guard_same = TopicGuard(main, DOMAIN, timeout_s=60)
-        guard_own = TopicGuard(client(start_guard_llm(stack, free_port())), DOMAIN, timeout_s=60) \
-            if own_instance else None
+        threads = args.main_threads or (main_llm_threads() if native else max(1, (os.cpu_count() or 2) - 1))
+        stack.start_llm(main_port, threads=threads, native=native)
+        url = f"http://127.0.0.1:{main_port}/v1"
+        main = client(url, localllm.main_request_fields() if native else None)
+        guard_same = TopicGuard(client(url, localllm.guard_request_fields() if native else None),
+                                DOMAIN, timeout_s=60)
+        guard_own = None
+        if not native:
+            guard_port = free_port()
+            stack.start_llm(guard_port, name="llm-guard", n_ctx=1024, threads=1, native=False)
+            guard_own = TopicGuard(client(f"http://127.0.0.1:{guard_port}/v1"), DOMAIN, timeout_s=60)
         for guard in (guard_same, guard_own):
             if guard is not None:
                 await guard.check("warm up")
@@ -145,11 +180,36 @@ async def run(args) -> dict:
         stack.stop()
 
 
+async def run(args) -> dict:
+    summaries: dict[str, dict] = {}
+    for kind in args.servers.split(","):
+        print(f"== {kind}", file=sys.stderr, flush=True)
+        summaries[kind] = await run_kind(kind, args)
+    if "native" in summaries and "python" in summaries:
+        native, python = summaries["native"], summaries["python"]
+        summaries["ratios"] = {
+            f"native_over_python_{case}_p50": round(native[case]["p50_ms"] / python[case]["p50_ms"], 3)
+            for case in ("warm", "perturbed", "guard-same")}
+        summaries["ratios"]["native_guard_same_over_python_guard_own_p50"] = round(
+            native["guard-same"]["p50_ms"] / python["guard-own"]["p50_ms"], 3)
+    return summaries
+
+
+def default_servers() -> str:
+    kinds = []
+    if localllm.server_binary() is not None:
+        kinds.append("native")
+    if importlib.util.find_spec("llama_cpp") is not None:
+        kinds.append("python")
+    return ",".join(kinds) or "native"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--no-second-instance", action="store_true")
+    parser.add_argument("--servers", default=default_servers(),
+                        help="native, python or both (default: those installed)")
     parser.add_argument("--main-threads", type=int, default=0,
                         help="threads of the main LLM server (default: as make run)")
     parser.add_argument("--json", help="also write the JSON summary to this file")

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Build llama.cpp's native server (llama-server) once, from the llama.cpp sources vendored in
+# the llama-cpp-python sdist of LLAMA_VERSION, into $VOICEBOT_BIN_CACHE/llama-server-VERSION.
+# Called by scripts/bootstrap.sh; safe to re-run (a cached binary is kept). Exits non-zero
+# when it cannot build (no C++ compiler, no network for the sdist): bootstrap then falls back
+# to the llama-cpp-python server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+LLAMA_VERSION=${LLAMA_VERSION:?set LLAMA_VERSION}
+BIN_DIR=${VOICEBOT_BIN_CACHE:-$HOME/.cache/voicebot/bin}
+SRC_DIR=${VOICEBOT_SRC_CACHE:-$HOME/.cache/voicebot/src}
+TARGET="$BIN_DIR/llama-server-$LLAMA_VERSION"
+JOBS=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+
+if [ -x "$TARGET" ]; then
+  exit 0
+fi
+command -v c++ >/dev/null || { echo "no C++ compiler (Debian: apt-get install build-essential)" >&2; exit 1; }
+
+mkdir -p "$BIN_DIR" "$SRC_DIR"
+SDIST="$SRC_DIR/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+if [ ! -f "$SDIST" ]; then
+  echo "==> downloading the llama-cpp-python $LLAMA_VERSION sdist (its vendored llama.cpp)"
+  "$VENV/bin/python" -m pip download -q --no-deps --no-binary :all: \
+    "llama-cpp-python==$LLAMA_VERSION" -d "$SRC_DIR"
+fi
+
+# cmake >= 3.14 and ninja from PyPI into the venv when the machine has none (as pip does
+# for the llama-cpp-python wheel build).
+CMAKE=$(command -v cmake || true)
+if [ -z "$CMAKE" ]; then
+  "$VENV/bin/python" -m pip install -q cmake ninja
+  CMAKE="$VENV/bin/cmake"
+fi
+GENERATOR=()
+if command -v ninja >/dev/null || [ -x "$VENV/bin/ninja" ]; then
+  GENERATOR=(-G Ninja)
+  PATH="$PATH:$(cd "$VENV/bin" && pwd)"
+fi
+
+# Portable x86-64 build when the CPU has AVX2/FMA (every server CPU since ~2015), as the LLM
+# image does: the binary lives in the home directory, which may be shared or copied between
+# machines. Elsewhere (ARM, older x86) tune to this CPU.
+CPU_FLAGS=(-DGGML_NATIVE=ON)
+if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo \
+   && grep -qw f16c /proc/cpuinfo; then
+  CPU_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/llama-server-build.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
+SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
+
+echo "==> building llama-server once (llama.cpp from llama-cpp-python $LLAMA_VERSION; about 7 minutes on 2 idle cores)"
+started=$(date +%s)
+# Only the server: no tests, examples or other tools; no HTTPS (it serves 127.0.0.1 or sits
+# behind the cluster's network); no web UI (it would be fetched from the network at build time).
+"$CMAKE" -S "$SRC" -B "$WORK/build" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF "${CPU_FLAGS[@]}" >"$WORK/cmake.log" 2>&1 \
+  || { cat "$WORK/cmake.log" >&2; exit 1; }
+"$CMAKE" --build "$WORK/build" --target llama-server -j "$JOBS"
+install -m 0755 "$WORK/build/bin/llama-server" "$TARGET.tmp"
+mv "$TARGET.tmp" "$TARGET"
+echo "==> llama-server built in $(( $(date +%s) - started )) s: $TARGET"

@@ -1,0 +1,47 @@
+"""The built llama-server, when present, serves the packaged model: /health (which the brain's
+liveness probe reaches as /v1/health), and two slots as localllm's command line asks."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from voicebot import localllm
+from voicebot.devstack import Stack, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, json.loads(reply.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
+
+
+def test_llama_server_serves_health_and_two_slots(tmp_path: Path):
+    if localllm.server_binary() is None:
+        pytest.skip("llama-server is not built (make setup builds it)")
+    try:
+        localllm.model_path()
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.skip(f"no GGUF to serve: {exc}")
+    stack = Stack(tmp_path, quiet=True)
+    try:
+        # Small slots and one thread: this checks the wiring, not the speed.
+        proc = stack.start_llm(free_port(), n_ctx=512, threads=1, native=True)
+        base = f"http://127.0.0.1:{proc.ready['http']}"
+        assert get(f"{base}/health") == (200, {"status": "ok"})
+        assert get(f"{base}/v1/health")[0] == 200  # what the brain's liveness probe asks
+        status, models = get(f"{base}/v1/models")
+        assert status == 200 and models["data"][0]["id"] == localllm.MODEL_ALIAS
+        status, slots = get(f"{base}/slots")
+        assert status == 200 and [s["id"] for s in slots] == list(range(localllm.SLOTS))
+        assert all(s["n_ctx"] == 512 for s in slots)
+    finally:
+        stack.stop()

@@ -1,0 +1,102 @@
+"""The local LLM server's command line (no model, no server needed) and which server runs."""
+
+from __future__ import annotations
+
+import re
+import stat
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from voicebot import devstack, localllm
+from voicebot.devstack import ROOT
+
+
+def flags(argv: list[str]) -> dict[str, str | None]:
+    """``--name value`` pairs; a flag followed by another flag (or nothing) maps to None."""
+    out: dict[str, str | None] = {}
+    for index, arg in enumerate(argv):
+        if arg.startswith("--"):
+            nxt = argv[index + 1] if index + 1 < len(argv) else None
+            out[arg] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+@pytest.fixture
+def fake_binary(tmp_path, monkeypatch):
+    binary = tmp_path / "bin" / f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.delenv("LLM_SERVER_BIN", raising=False)
+    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(binary.parent))
+    monkeypatch.setenv("LLM_MODEL_PATH", str(gguf))
+    return binary, gguf
+
+
+def test_native_command_is_one_server_with_two_slots_on_every_core(fake_binary):
+    binary, gguf = fake_binary
+    argv = localllm.server_command("127.0.0.1", 4321, n_ctx=4096, threads=2)
+    assert argv[0] == str(binary) and localllm.is_native(argv)
+    f = flags(argv)
+    assert f["--model"] == str(gguf) and f["--alias"] == "voicebot-llm"
+    assert f["--host"] == "127.0.0.1" and f["--port"] == "4321"
+    # Two slots of 4096 tokens each: the main reply's prompt and the guard's.
+    assert f["--parallel"] == str(localllm.SLOTS) == "2" and f["--ctx-size"] == "8192"
+    assert f["--threads"] == "2" and f["--threads-batch"] == "2"
+    assert f["--cache-reuse"] == "256"
+    for switch in ("--jinja", "--cont-batching", "--metrics", "--no-webui"):
+        assert switch in f and f[switch] is None, switch
+    # The guard's slot must exist, and differ from the main reply's.
+    assert 0 <= localllm.MAIN_SLOT < localllm.SLOTS and 0 <= localllm.GUARD_SLOT < localllm.SLOTS
+    assert localllm.MAIN_SLOT != localllm.GUARD_SLOT
+
+
+def test_llm_server_bin_names_any_build(fake_binary, tmp_path, monkeypatch):
+    other = tmp_path / "custom-llama-server"
+    other.write_text("#!/bin/sh\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("LLM_SERVER_BIN", str(other))
+    assert localllm.server_command("0.0.0.0", 8000)[0] == str(other)
+    monkeypatch.setenv("LLM_SERVER_BIN", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="LLM_SERVER_BIN"):
+        localllm.server_binary()
+
+
+def test_without_the_binary_the_python_server_is_the_fallback(fake_binary, tmp_path, monkeypatch):
+    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr(localllm.importlib.util, "find_spec",
+                        lambda name: object() if name == "llama_cpp" else None)
+    argv = localllm.server_command("127.0.0.1", 4321, n_ctx=2048, threads=1)
+    assert argv[:3] == [sys.executable, "-m", "llama_cpp.server"] and not localllm.is_native(argv)
+    f = flags(argv)
+    assert f["--n_ctx"] == "2048" and f["--n_threads"] == "1" and f["--interrupt_requests"] == "false"
+    monkeypatch.setattr(localllm.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="make setup"):
+        localllm.server_command("127.0.0.1", 4321)
+
+
+def test_threads_follow_the_server_kind(fake_binary, tmp_path, monkeypatch):
+    monkeypatch.setattr(devstack.os, "cpu_count", lambda: 2)
+    assert devstack.main_llm_threads() == 2  # native: the guard shares the process
+    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "empty"))
+    assert devstack.main_llm_threads() == 1  # fallback: one core for the guard's own instance
+
+
+def test_guard_shares_the_native_server(fake_binary, tmp_path):
+    stack = devstack.Stack(tmp_path / "logs", quiet=True)
+
+    stack.shared_llm = SimpleNamespace(ready={"http": 4321})  # type: ignore[assignment]
+    assert devstack.start_guard_llm(stack, 9999) == "http://127.0.0.1:4321/v1"
+
+
+def test_bootstrap_builds_the_same_version():
+    """scripts/bootstrap.sh builds the llama-server that localllm looks for."""
+    bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    assert re.search(r"^LLAMA_VERSION=(\S+)$", bootstrap, re.M)[1] == localllm.LLAMA_CPP_PYTHON_VERSION
+    assert "build-llama-server.sh" in bootstrap
+    build = (ROOT / "scripts" / "build-llama-server.sh").read_text()
+    assert "llama-server-$LLAMA_VERSION" in build and "--target llama-server" in build
