@@ -19,7 +19,7 @@ from starlette.websockets import WebSocket
 from gateway import serving
 from gateway.auth import TokenAuth
 from gateway.call import Call
-from gateway.capacity import Capacity
+from gateway.capacity import Capacity, LoopLag
 from gateway.config import GatewaySettings
 from gateway.fallback import FallbackVoice
 from gateway.origin import OriginPolicy
@@ -41,7 +41,8 @@ CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455 registry: the server is overloaded
 def create_app(settings: GatewaySettings) -> Starlette:
     auth = TokenAuth(settings.token_map())
     origins = OriginPolicy(settings.allowed_origins)
-    capacity = Capacity(settings.max_sessions)
+    lag = LoopLag()
+    capacity = Capacity(settings.max_sessions, settings.max_loop_lag_ms, lag)
     state: dict = {}
 
     @contextlib.asynccontextmanager
@@ -51,7 +52,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
         state["sessions"] = SessionRegistry(state["redis"], settings.session_ttl_s)
         state["fallback"] = FallbackVoice(state["upstreams"].tts, settings.output_sample_rate)
         state["fallback"].warm("en")  # in the background: TTS may come up after the gateway
+        lag_task = asyncio.create_task(lag.run())
         yield
+        lag_task.cancel()
         await state["fallback"].close()
         await state["upstreams"].close()
         await state["redis"].aclose()

@@ -155,49 +155,68 @@ def own_cpu_seconds() -> float:
     return times.user + times.system
 
 
-async def run_sessions(url: str, count: int, seconds: float, period: tuple[float, float],
-                       gateway_pid: int, others: dict[str, int], warmup_s: float = 2.0) -> dict:
-    """``count`` real-time sessions for ``seconds`` after ``warmup_s``; CPU of every process
-    (the gateway's, and the others' for context) in that window."""
-    phases = 5  # the sessions' frames are spread over the 20 ms, as real clients' are
-    start = time.perf_counter()
-    opened = await asyncio.gather(*(open_session(url, i % phases, start + warmup_s + random.uniform(*period),
-                                                 period) for i in range(count)), return_exceptions=True)
-    sessions = [s for s in opened if isinstance(s, Session)]
-    refused = [s for s in opened if not isinstance(s, Session)]
-    receivers = [asyncio.create_task(s.receive()) for s in sessions]
-    late_ms: list[float] = []
-    measure_from = time.perf_counter() + warmup_s
-    end = measure_from + seconds
-    cpu_start = frames_start = None
-    counters_start: dict[str, float] = {}
-    others_start: dict[str, float] = {}
+RAMP_BATCH, RAMP_PAUSE_S = 25, 0.5  # callers arrive over time: the gateway's admission sees the load
+
+
+async def microphones(sessions: list[Session], stop: asyncio.Event, late_ms: list[float]) -> None:
+    """Every session's real-time frames from one loop, spread over the 20 ms like real clients'."""
+    phases = 5
     tick = time.perf_counter()
-    while (now := time.perf_counter()) < end:
-        if cpu_start is None and now >= measure_from:
-            cpu_start, frames_start = cpu_seconds(gateway_pid), sum(s.frames for s in sessions)
-            others_start = {name: cpu_seconds(pid) for name, pid in others.items()}
-            others_start["client"] = own_cpu_seconds()
-            counters_start = await gateway_counters(url)
-            for s in sessions:
-                s.turns.clear()
-                s.brain_ms.clear()
-                s.stages.clear()
-                s.missed, s.errors, s.received, s.deltas = 0, {}, 0, 0
+    while not stop.is_set():
+        now = time.perf_counter()
         phase = int((now - tick) * 1000 // (FRAME_MS / phases)) % phases
-        for s in sessions:
+        for s in list(sessions):
             if s.phase == phase and s.closed is None:
                 s.frames += 1
                 with contextlib.suppress(websockets.ConnectionClosed):
                     await s.ws.send(s.frame(now))
         late_ms.append(max(0.0, (time.perf_counter() - now) * 1000))
         await asyncio.sleep(max(0.0, FRAME_MS / phases / 1000 - (time.perf_counter() - now)))
-    cpu = cpu_seconds(gateway_pid) - (cpu_start or 0.0)
+
+
+async def run_sessions(url: str, count: int, seconds: float, period: tuple[float, float],
+                       gateway_pid: int, others: dict[str, int], warmup_s: float = 2.0) -> dict:
+    """``count`` callers arriving in batches, streaming real-time audio; measured for ``seconds``
+    after ``warmup_s``: turns, errors, and the CPU of every process (the gateway's, and the
+    others' for context) in that window."""
+    sessions: list[Session] = []
+    refused: list = []
+    receivers: list[asyncio.Task] = []
+    late_ms: list[float] = []
+    stop = asyncio.Event()
+    mics = asyncio.create_task(microphones(sessions, stop, late_ms))
+    for first in range(0, count, RAMP_BATCH):
+        now = time.perf_counter()
+        opened = await asyncio.gather(*(open_session(url, i % 5, now + random.uniform(*period), period)
+                                        for i in range(first, min(count, first + RAMP_BATCH))),
+                                      return_exceptions=True)
+        for item in opened:
+            if isinstance(item, Session):
+                sessions.append(item)
+                receivers.append(asyncio.create_task(item.receive()))
+            else:
+                refused.append(item)
+        if first + RAMP_BATCH < count:
+            await asyncio.sleep(RAMP_PAUSE_S)
+    await asyncio.sleep(warmup_s)
+    cpu_start, frames_start = cpu_seconds(gateway_pid), sum(s.frames for s in sessions)
+    others_start = {name: cpu_seconds(pid) for name, pid in others.items()}
+    others_start["client"] = own_cpu_seconds()
+    counters_start = await gateway_counters(url)
+    for s in sessions:
+        s.turns.clear()
+        s.brain_ms.clear()
+        s.stages.clear()
+        s.missed, s.errors, s.received, s.deltas = 0, {}, 0, 0
+    late_ms.clear()
+    await asyncio.sleep(seconds)
+    cpu = cpu_seconds(gateway_pid) - cpu_start
     counters = {k: v - counters_start.get(k, 0.0) for k, v in (await gateway_counters(url)).items()}
-    others_cores = {name: (cpu_seconds(pid) - others_start.get(name, 0.0)) / seconds
-                    for name, pid in others.items()}
-    others_cores["client"] = (own_cpu_seconds() - others_start.get("client", 0.0)) / seconds
-    frames = sum(s.frames for s in sessions) - (frames_start or 0)
+    others_cores = {name: (cpu_seconds(pid) - others_start[name]) / seconds for name, pid in others.items()}
+    others_cores["client"] = (own_cpu_seconds() - others_start["client"]) / seconds
+    frames = sum(s.frames for s in sessions) - frames_start
+    stop.set()
+    await mics
     for s in sessions:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(s.ws.close(), 2)
@@ -347,7 +366,8 @@ async def main_async(args) -> dict:
     try:
         upstream, redis_url, pids = start_backends(stack, args.guard)
         for name in args.variants:
-            env = {**VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions)}
+            env = {**VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions),
+                   "GATEWAY_MAX_LOOP_LAG_MS": str(args.max_loop_lag_ms)}
             gateway = start_gateway(stack, env, upstream, redis_url, name)
             url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
             try:
@@ -371,6 +391,7 @@ def main() -> None:
     parser.add_argument("--variants", type=lambda s: s.split(","), default=["tuned", "per-frame"],
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--max-sessions", type=int, default=200, help="GATEWAY_MAX_SESSIONS")
+    parser.add_argument("--max-loop-lag-ms", type=float, default=20.0, help="GATEWAY_MAX_LOOP_LAG_MS")
     parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
     try:

@@ -49,6 +49,9 @@ class GatewaySettings(BaseSettings):
     ws_per_message_deflate: bool = False
     # Concurrent sessions this process takes; more are refused (error `overloaded`, close 1013). 0 = no cap.
     max_sessions: int = 200
+    # New sessions are refused too while the event loop wakes this late (the process gets less CPU
+    # than its calls need; make bench-gateway measures where that starts). 0 = not checked.
+    max_loop_lag_ms: float = 0.0
     # WebSocket Origin allow-list, comma-separated: "self" (same host as the request), "localhost"
     # (http(s)://localhost, 127.0.0.1, [::1], any port), "*" (any), or exact origins
     # (https://app.example.com). A connection without an Origin header (CLI, servers) is allowed.

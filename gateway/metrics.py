@@ -32,3 +32,6 @@ FALLBACKS = Counter("voicebot_gateway_fallbacks_total",
 STT_MESSAGES = Counter("voicebot_gateway_stt_audio_messages_total",
                        "Audio messages written to STT streams (frames are merged while idle or backed up)")
 STT_FRAMES = Counter("voicebot_gateway_audio_frames_total", "Audio frames received from clients")
+LOOP_LAG = Histogram("voicebot_gateway_loop_lag_seconds",
+                     "How late the gateway's event loop woke a 50 ms timer (every callback's queueing delay)",
+                     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0))

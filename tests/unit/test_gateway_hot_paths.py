@@ -153,3 +153,17 @@ async def test_a_short_tail_is_not_held_back_for_a_full_message():
     # The last 40 ms leave when one message per frame would have sent them, not later.
     assert [(round(t, 3), round(ms)) for t, ms, _ in sent] == [(0, 100), (0, 100), (0, 100), (0, 20),
                                                                 (0.02, 20)]
+
+
+def test_a_late_event_loop_refuses_new_sessions_but_one_late_wake_up_does_not():
+    from gateway.capacity import Capacity, LoopLag
+
+    lag = LoopLag()
+    capacity = Capacity(max_sessions=10, max_loop_lag_ms=20, lag=lag)
+    lag._lags.extend([0.001] * 30 + [0.5])  # one 500 ms stall
+    assert capacity.open() and capacity.checks()["loop_lag"]
+    lag._lags.extend([0.03] * 5)  # the loop keeps running 30 ms late
+    assert not capacity.open() and not capacity.checks()["loop_lag"]
+    assert capacity.active == 1
+    unchecked = Capacity(max_sessions=1, lag=lag)  # no lag limit: only the session cap
+    assert unchecked.open() and not unchecked.open()
