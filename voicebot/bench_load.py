@@ -121,8 +121,11 @@ async def open_caller(url: str, phase: int, speaker: bool, first_turn_at: float)
     """A started session, or ("refused", close code or error code) when the gateway said no."""
     ws = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
                                   max_size=2**22, ping_interval=None, open_timeout=30)
-    await ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
-                              "audio": {"encoding": "pcm16", "sample_rate": RATE}}))
+    # A gateway at its cap says why and closes at once, maybe before this send: the reason is
+    # still there to read.
+    with contextlib.suppress(websockets.ConnectionClosed):
+        await ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
+                                  "audio": {"encoding": "pcm16", "sample_rate": RATE}}))
     try:
         first = json.loads(await asyncio.wait_for(ws.recv(), 30))
         if first.get("type") == "error":  # the refusal's reason comes before its close
@@ -186,7 +189,7 @@ async def run_level(url: str, count: int, speakers: int, seconds: float, period:
     return {
         "sessions": count, "speakers": min(speakers, count), "admitted": len(callers),
         "refused": len(refused), "refused_by": refused_codes, "connect_failures": failed,
-        "dropped": dropped, "errors": errors,
+        "dropped": dropped, "errors": errors, "failed": len(failed),
         "sessions_with_errors": {code: sum(code in c.errors for c in callers) for code in errors},
         "turns": len(turns), "missed_turns": sum(c.missed for c in callers) + missed_at_end,
         "turn_p50_ms": percentile(turns, 0.5), "turn_p95_ms": percentile(turns, 0.95),
@@ -229,6 +232,8 @@ def table(results: dict) -> str:
                            for code, n in sorted(r["errors"].items())) or "0"
         refused = f"{r['refused']}" + (f" ({','.join(f'{k}:{v}' for k, v in r['refused_by'].items())})"
                                        if r["refused"] else "")
+        if r["failed"]:  # neither admitted nor refused with a reason: a failure of its own
+            errors += f"; {r['failed']} connects failed: {r['connect_failures'][0][:80]}"
         rows.append(
             f"{r['sessions']:>4}  {r['speakers']:>5}  {r['admitted']:>8}  {refused:>7}  {r['dropped']:>7}  "
             f"{r['turns']:>5}  {r['missed_turns']:>6}  {fmt(r['turn_p50_ms']):>6}  "
