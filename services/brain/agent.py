@@ -166,7 +166,18 @@ class Agent:
         if committed is None:
             committed = asyncio.Event()
             committed.set()
-        history = await self._load(request)
+        try:
+            history = await asyncio.wait_for(self._load(request), self.settings.history_load_timeout_s)
+        except (TimeoutError, RedisError) as exc:
+            # Without the session's state nothing may be decided (a pending action, a yes): the
+            # caller hears the fallback now rather than silence while Redis retries.
+            REDIS_ERRORS.labels("brain").inc()
+            log.error("session history unavailable; speaking the fallback", extra={"error": repr(exc)})
+            yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(
+                text=self.sentences.fallback))
+            yield brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
+                text=self.sentences.fallback, dialog_state="listen", fallback=True))
+            return
         history.state.start_turn()
         turn = TurnRun(request, history, self.clock(), record={
             "turn_id": request.turn_id, "text": request.text, "llm_calls": [], "tools": []})

@@ -61,3 +61,5 @@ class BrainSettings(ServiceSettings):
     # Turns kept in full (with tool calls); older ones shrink to question and answer.
     recent_turns: int = 4
     session_ttl_s: int = 24 * 3600
+    # A turn waits this long for its history; then the caller hears the fallback (Redis down).
+    history_load_timeout_s: float = 1.0

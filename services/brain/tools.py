@@ -75,6 +75,9 @@ class ToolRefused(Exception):
     """The tool says no for a business reason (slot taken): not retried."""
 
 
+UNREACHABLE_RETRY_S = 0.2
+
+
 class ToolUnreachable(ConnectionError):
     """The tool's server could not be reached at all: the call provably never ran."""
 
@@ -207,11 +210,12 @@ class Dispatcher:
                     value = await asyncio.wait_for(tool.run(args, ctx), spec.timeout_s)
                     return self._done(call, spec, "succeeded", {"ok": True, "result": value}, attempts)
                 except ToolUnreachable as exc:
-                    # Provably never ran (connection refused): safe to retry, even a write.
-                    if not delays:
+                    # Provably never ran (connection refused): one quick retry covers a restart
+                    # blip; a server that stays down is said at once ("I can't check right now").
+                    if attempts > 1:
                         return self._done(call, spec, "unavailable", {
                             "ok": False, "error": f"{spec.name} is unavailable right now: {exc}"}, attempts)
-                    await self._sleep(delays.pop(0))
+                    await self._sleep(UNREACHABLE_RETRY_S)
                 except (TimeoutError, ConnectionError) as exc:
                     # A dropped connection is as uncertain as a timeout: the call may have run.
                     if not delays:

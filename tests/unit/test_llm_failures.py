@@ -183,3 +183,18 @@ async def test_a_handoff_is_over_on_the_next_turn(store, scripted_llm):
     for chat in clients:
         await chat.aclose()
     await asyncio.sleep(0)
+
+
+async def test_redis_down_at_a_turns_start_is_heard_as_the_fallback_at_once(scripted_llm):
+    from voicebot.common.redis import connect_redis
+
+    redis = connect_redis(f"redis://127.0.0.1:{free_port()}/0")  # retries, as in production
+    agent, clients = agent_for(scripted_llm.base_url, SessionStore(redis, 60))
+    seconds, events = await time_to_first_words(agent, uuid.uuid4().hex)
+    print(f"Redis down at a turn's start: fallback after {seconds * 1000:.0f} ms")
+    assert spoken(events) == FALLBACK and events[-1].final.fallback
+    assert seconds < agent.settings.history_load_timeout_s + MARGIN_S
+    assert scripted_llm.requests == []  # nothing decided without the session's state
+    for chat in clients:
+        await chat.aclose()
+    await redis.aclose()
