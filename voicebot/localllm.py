@@ -139,6 +139,10 @@ def native_server_command(binary: str | Path, model: str | Path, host: str, port
         # Reuse cached chunks of >= 256 tokens even after an edit earlier in the prompt
         # (shifted in the KV cache instead of prefilled again).
         "--cache-reuse", "256",
+        # Host-RAM copies of prompts a slot no longer holds (another session's, the state before
+        # the guard ran), restored instead of prefilled again. Bounded: the default (8 GiB) is a
+        # third of a small machine that also runs STT and TTS; 1 GiB is ~37k tokens of this model.
+        "--cache-ram", "1024",
         # Prometheus /metrics (prompt and generated tokens, requests processing/deferred).
         "--metrics",
         # The build embeds no web UI (LLAMA_BUILD_UI=OFF): do not serve an empty page at /.

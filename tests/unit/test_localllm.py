@@ -47,7 +47,7 @@ def test_native_command_is_one_server_with_two_slots_on_every_core(fake_binary):
     # Two slots of 4096 tokens each: the main reply's prompt and the guard's.
     assert f["--parallel"] == str(localllm.SLOTS) == "2" and f["--ctx-size"] == "8192"
     assert f["--threads"] == "2" and f["--threads-batch"] == "2"
-    assert f["--cache-reuse"] == "256"
+    assert f["--cache-reuse"] == "256" and f["--cache-ram"] == "1024"
     for switch in ("--jinja", "--cont-batching", "--metrics", "--no-webui"):
         assert switch in f and f[switch] is None, switch
     # The guard's slot must exist, and differ from the main reply's.
