@@ -147,7 +147,9 @@ async def serve() -> None:
         checker = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(checker, server)
         await checker.set("", health_pb2.HealthCheckResponse.SERVING)
-        ports[name] = server.add_insecure_port("127.0.0.1:0")
+        # FAKE_STT_PORT / FAKE_TTS_PORT: a restarted fake comes back where the gateway expects it.
+        port = os.environ.get(f"FAKE_{name.upper()}_PORT", "0")
+        ports[name] = server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
         servers.append(server)
     print(f"READY fake-speech stt={ports['stt']} tts={ports['tts']}", flush=True)
