@@ -39,6 +39,7 @@ from gateway.metrics import (
     TURNS,
 )
 from gateway.playout import Playout
+from gateway.preemptive import EarlyReply
 from gateway.protocol import (
     InputText,
     PlaybackPosition,
@@ -139,6 +140,7 @@ class Call:
         # What the person said in a turn that was cut off before any of its reply
         # went out (they went on speaking): it leads the next turn's text.
         self._unanswered: str | None = None
+        self._early: EarlyReply | None = None  # a reply started on the speculative transcript
         self._rate_limited_at = 0.0
         self._utterance_open = False  # SpeechStarted came and its final has not
 
@@ -246,7 +248,8 @@ class Call:
     def _open_stt(self) -> SttLink:
         assert self.session is not None
         config = stt_pb2.RecognitionConfig(session_id=self.session_id, language=self.session.language,
-                                           sample_rate=self.session.sample_rate, interim_results=True)
+                                           sample_rate=self.session.sample_rate, interim_results=True,
+                                           speculative_results=self.settings.preemptive)
         self._stt = SttLink(self.upstreams.stt.StreamingRecognize, config,
                             on_event=self._on_stt_event, on_ended=self._on_stt_ended,
                             on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
@@ -320,6 +323,8 @@ class Call:
                 span.end()
             return  # a sound too short to count while the bot spoke: not a turn either
         if not final:
+            if ev.transcript.speculative:
+                self._start_early(ev.utterance_index, text)
             if text:
                 await self.send_event("transcript.partial", turn_id="", text=text)
             return
@@ -327,10 +332,18 @@ class Call:
         self._pending_timings = None
         timings.final_transcript = now
         span = self._utterance_span(ev.utterance_index)
+        early, self._early = self._early, None
+        if early is not None and not (has_words(text) and not self._unanswered
+                                      and early.matches(ev.utterance_index, text)):
+            log.info("preemptive reply discarded", extra={"early": early.request.text, "final": text,
+                                                         "utterance": ev.utterance_index,
+                                                         "early_utterance": early.utterance})
+            early.discard()  # the endpoint heard other words
+            early = None
         if has_words(text):  # an empty (or punctuation-only) final never starts a turn
             unanswered, self._unanswered = self._unanswered, None
             self._start_turn(f"{unanswered} {text}" if unanswered else text, timings, transcribed=True,
-                             span=span)
+                             span=span, early=early)
         elif self._unanswered:
             # The speech that cut the question off was no words after all: ask it again.
             text, self._unanswered = self._unanswered, None
@@ -413,12 +426,32 @@ class Call:
         return TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s,
                           self.settings.reply_phrase_chars)
 
+    def _start_early(self, utterance: int, text: str) -> None:
+        """A speculative transcript: start the brain on it now, unless a reply is still in the
+        air (then this is a barge-in, and what the caller heard is not known yet)."""
+        early = self._early
+        if early is not None and early.matches(utterance, text):
+            return  # the same words again: the reply already started on them
+        if early is not None:
+            early.discard()
+            self._early = None
+        now = time.perf_counter()
+        if (not self.settings.preemptive or not has_words(text) or self._unanswered
+                or self.session is None or self.session_id is None
+                or (self.turn is not None and (self.turn.audible(now) or not self.turn.task.done()))):
+            return
+        request = brain_pb2.RespondRequest(
+            session_id=self.session_id, turn_id="t_" + uuid.uuid4().hex[:12], user_id=self.user_id,
+            text=text, language=self.session.language, previous_reply=self.previous_reply)
+        self._early = EarlyReply(self.upstreams.brain, request, utterance, self.settings.turn_timeout_s,
+                                 outgoing_metadata())
+
     def _start_turn(self, text: str, timings: TurnTimings, transcribed: bool = False,
-                    span: trace.Span | None = None) -> None:
+                    span: trace.Span | None = None, early: EarlyReply | None = None) -> None:
         assert self.session is not None and self.session_id is not None
         previous = self.turn
         self._barge_in.clear()  # the new turn interrupts the old one anyway
-        turn_id = "t_" + uuid.uuid4().hex[:12]
+        turn_id = early.turn_id if early is not None else "t_" + uuid.uuid4().hex[:12]
         spoken = SpokenTracker(self.settings.output_sample_rate)
         request = TurnRequest(
             self.session_id, self.user_id, turn_id, text, self.session.language,
@@ -431,17 +464,18 @@ class Call:
         if record_content():  # what people said stays out of traces unless an operator opts in
             span.set_attribute("voicebot.turn.text", text)
         turn.task = asyncio.create_task(self._traced_turn(span, previous, turn, request, timings,
-                                                          transcribed))
+                                                          transcribed, early))
         self.turn = turn
         self._became_busy()
 
     async def _traced_turn(self, span: trace.Span, previous: ActiveTurn | None, turn: ActiveTurn,
-                           request: TurnRequest, timings: TurnTimings, transcribed: bool) -> None:
+                           request: TurnRequest, timings: TurnTimings, transcribed: bool,
+                           early: EarlyReply | None = None) -> None:
         """The turn under its root span: brain and TTS calls carry it in their metadata."""
         outcome = "interrupted"
         try:
             with trace.use_span(span, end_on_exit=False):
-                outcome = await self._turn(previous, turn, request, timings, transcribed)
+                outcome = await self._turn(previous, turn, request, timings, transcribed, early)
         finally:
             span.set_attribute("voicebot.turn.outcome", outcome)
             for stage, ms in timings.stages_ms().items():
@@ -450,14 +484,15 @@ class Call:
             span.end()
 
     async def _turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
-                    timings: TurnTimings, transcribed: bool) -> str:
+                    timings: TurnTimings, transcribed: bool, early: EarlyReply | None = None) -> str:
         await self._end_previous(previous)
         request.previous_reply, self.previous_reply = self.previous_reply, None
         if transcribed:
             await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
         runner = self._runner(turn)
         try:
-            reply = await runner.run(request, timings, turn.spoken, turn.playout)
+            brain_call = early.commit() if early is not None else None
+            reply = await runner.run(request, timings, turn.spoken, turn.playout, brain_call)
         except asyncio.CancelledError:
             TURNS.labels("interrupted").inc()
             if timings.first_audio is not None:
@@ -524,6 +559,9 @@ class Call:
             await self.send_event("interrupt", turn_id=turn.turn_id)
 
     async def close(self) -> None:
+        if self._early is not None:
+            self._early.discard()
+            self._early = None
         self._barge_in.clear()
         self._end_utterance_spans("call_ended")
         if self.turn is not None:

@@ -40,6 +40,9 @@ class GatewaySettings(BaseSettings):
     # The brain's deltas are joined into phrases (at punctuation, or this many characters)
     # before they go to TTS and to the client as reply.delta (gateway/phrases.py).
     reply_phrase_chars: int = 160
+    # Start the brain on the STT's speculative transcript (a short pause) and commit it when the
+    # final has the same words; held back, and discarded otherwise (gateway/preemptive.py).
+    preemptive: bool = True
     # Audio frames already waiting for the STT stream go out merged, up to this many bytes.
     stt_max_message_bytes: int = 64_000
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per

@@ -7,6 +7,9 @@ STAGE_SECONDS = Histogram(
     ["stage"], buckets=LATENCY_BUCKETS,
 )
 TURNS = Counter("voicebot_turns_total", "Turns by outcome", ["outcome"])
+PREEMPTIVE = Counter("voicebot_gateway_preemptive_replies_total",
+                     "Replies started on the speculative transcript, by outcome (started, committed, "
+                     "discarded)", ["outcome"])
 BARGE_INS = Counter("voicebot_barge_ins_total", "Bot replies interrupted by the person")
 BARGE_IN_FALSE_STARTS = Counter(
     "voicebot_barge_in_false_starts_total",

@@ -107,7 +107,7 @@ class TurnRunner:
         self.phrase_chars = phrase_chars
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
-                  playout: Playout) -> str:
+                  playout: Playout, brain_call=None) -> str:
         """Run the turn to completion; returns the reply text. Raises TurnFailed.
 
         Three tasks: brain deltas go to the client and into the TTS stream as they
@@ -117,7 +117,9 @@ class TurnRunner:
         caller says what failed and then speaks a fallback on the same turn.
         """
         timings.brain_request = time.perf_counter()
-        brain_call = self.upstreams.brain.Respond(
+        # ``brain_call``: a reply already started before the endpoint and now committed
+        # (gateway/preemptive.py); its first words may be waiting in the call already.
+        brain_call = brain_call or self.upstreams.brain.Respond(
             brain_pb2.RespondRequest(
                 session_id=req.session_id, turn_id=req.turn_id, user_id=req.user_id,
                 text=req.text, language=req.language, previous_reply=req.previous_reply,
