@@ -54,7 +54,7 @@ trap 'rm -rf "$WORK"' EXIT
 tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 
-echo "==> building llama-server once (llama.cpp from llama-cpp-python $LLAMA_VERSION; about 7 minutes on 2 idle cores)"
+echo "==> building llama-server once (llama.cpp from llama-cpp-python $LLAMA_VERSION; about 8 minutes on 2 idle cores)"
 started=$(date +%s)
 # Only the server: no tests, examples or other tools; no HTTPS (it serves 127.0.0.1 or sits
 # behind the cluster's network); no web UI (it would be fetched from the network at build time).
