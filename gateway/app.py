@@ -1,4 +1,4 @@
-"""The gateway's ASGI app: WebSocket /v1/call, the browser page, health, readiness, metrics."""
+"""The gateway's ASGI app: WebSockets /v1/call, /v1/realtime (OpenAI), /v1/twilio; page, health, metrics."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ from gateway.config import GatewaySettings
 from gateway.fallback import FallbackVoice
 from gateway.origin import OriginPolicy
 from gateway.protocol import error_event
+from gateway.realtime import RealtimeCall
 from gateway.sessions import SessionRegistry
+from gateway.twilio import TwilioCall, twilio_enabled
 from gateway.upstreams import Upstreams
 from voicebot.common.internal_auth import InternalAuthError, internal_token
 from voicebot.common.logs import setup_logging
@@ -68,10 +70,20 @@ def create_app(settings: GatewaySettings) -> Starlette:
         await ws.close(code=code, reason=reason)
 
     async def call_endpoint(ws: WebSocket) -> None:
+        await serve(ws, Call, auth.authenticate(ws))
+
+    async def realtime_endpoint(ws: WebSocket) -> None:
+        await serve(ws, RealtimeCall, auth.authenticate(ws))
+
+    async def twilio_endpoint(ws: WebSocket) -> None:
+        # Twilio sends no headers of ours: the deployment's secret comes in the URL (checked here)
+        # or as the stream's custom parameter (checked by TwilioCall at `start`).
+        await serve(ws, TwilioCall, settings.twilio_user_id if twilio_enabled(settings) else None)
+
+    async def serve(ws: WebSocket, kind: type[Call], user_id: str | None) -> None:
         if not origins.allows(ws.headers.get("origin"), ws.headers.get("host")):
             await refuse(ws, CLOSE_FORBIDDEN_ORIGIN, "origin not allowed")
             return
-        user_id = auth.authenticate(ws)
         if user_id is None:
             await refuse(ws, CLOSE_UNAUTHORIZED, "unauthorized")
             return
@@ -82,7 +94,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             return
         try:
             await ws.accept()
-            await Call(ws, user_id, settings, state["upstreams"], state["sessions"],
+            await kind(ws, user_id, settings, state["upstreams"], state["sessions"],
                        fallback=state["fallback"], capacity=capacity).run()
         except Exception:
             log.exception("call failed")
@@ -117,6 +129,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
     return Starlette(
         routes=[
             WebSocketRoute("/v1/call", call_endpoint),
+            WebSocketRoute("/v1/realtime", realtime_endpoint),
+            WebSocketRoute("/v1/twilio", twilio_endpoint),
             Route("/", index),
             Route("/healthz", healthz),
             Route("/readyz", readyz),

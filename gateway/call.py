@@ -55,6 +55,7 @@ from gateway.spoken import SpokenTracker
 from gateway.stt_link import SttLink
 from gateway.turn import TurnFailed, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from gateway.upstreams import Upstreams
+from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
 from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
 from voicebot.v1 import brain_pb2, stt_pb2
 
@@ -73,6 +74,7 @@ class ActiveTurn:
     # The client's last playback.position: played_ms at perf_counter() time.
     played_ms: int | None = None
     played_at: float = 0.0
+    played_stopped: bool = False  # the client stopped playback at played_ms (a truncate)
     announced: bool = False  # audio.start went out
     interrupted: bool = False
 
@@ -80,6 +82,8 @@ class ActiveTurn:
         """The client's position now: its report plus the time since, while it had audio."""
         if self.played_ms is None:
             return None
+        if self.played_stopped:
+            return self.played_ms
         return self.played_ms + (now - self.played_at) * 1000
 
     def audible(self, now: float) -> bool:
@@ -104,18 +108,24 @@ class TurnChannel:
     async def audio(self, frame: bytes) -> bool:
         # Checked under the send lock: once `interrupt` is out, no frame of the turn follows,
         # and once the playout is paused, none until it resumes.
-        sent = await self.call._send(data=frame,
+        texts, data = self.call.wire_audio(self.turn.turn_id, frame)
+        sent = await self.call._send(texts=texts, data=data,
                                      still_valid=lambda: self._live() and not self.turn.playout.paused)
         return sent or not self._live()  # not live: the playout is stopped, the frame is moot
 
     async def audio_event(self, kind: str) -> None:
         if kind == "audio.start" and self.turn.announced:
             return  # a fallback after part of the reply continues the same audio
-        sent = await self.call._send(text=event(kind, turn_id=self.turn.turn_id), still_valid=self._live)
+        sent = await self.call._send(texts=self.call.wire_event(kind, {"turn_id": self.turn.turn_id}),
+                                     still_valid=self._live)
         self.turn.announced = self.turn.announced or (sent and kind == "audio.start")
 
 
 class Call:
+    """Protocol v1 on the wire. Another wire protocol (gateway/realtime.py, gateway/twilio.py) is a
+    subclass that overrides the ``wire_*`` encoders and the message handlers; the turns, the STT
+    stream and barge-in stay here, shared."""
+
     def __init__(self, ws: WebSocket, user_id: str, settings: GatewaySettings,
                  upstreams: Upstreams, sessions: SessionRegistry, fallback: FallbackVoice | None = None,
                  capacity: Capacity | None = None) -> None:
@@ -143,28 +153,56 @@ class Call:
         self._early: EarlyReply | None = None  # a reply started on the speculative transcript
         self._rate_limited_at = 0.0
         self._utterance_open = False  # SpeechStarted came and its final has not
+        # The rate of the audio sent to this client (a wire protocol may fix its own).
+        self.output_rate = settings.output_sample_rate
+        # Turns recently played, by id: a late report of what was heard still reaches them.
+        self._recent: dict[str, ActiveTurn] = {}
+
+    # ---- the wire (protocol v1; overridden by other protocols) ---------
+    def wire_event(self, kind: str, fields: dict[str, Any]) -> list[str]:
+        """The text messages that carry one v1 event (another protocol may need 0 or several)."""
+        return [event(kind, **fields)]
+
+    def wire_audio(self, turn_id: str, frame: bytes) -> tuple[list[str] | None, bytes | None]:
+        """One reply audio message: (text messages, None) or (None, binary)."""
+        return None, frame
+
+    def wire_error(self, code: str, message: str) -> str | None:
+        return error_event(code, message)
+
+    async def on_speech(self, started: bool, stream_ms: int) -> None:
+        """Speech started / the utterance ended (v1 sends nothing for these)."""
+
+    async def on_turn_over(self, turn: ActiveTurn, outcome: str) -> None:
+        """A turn finished on its own ("completed" or "error"); not called when it is cancelled."""
 
     # ---- sending -------------------------------------------------------
     async def send_event(self, kind: str, **fields) -> None:
-        await self._send(text=event(kind, **fields))
+        await self._send(texts=self.wire_event(kind, fields))
 
     async def send_error(self, code: str, message: str) -> None:
         CLIENT_ERRORS.labels(code).inc()
-        await self._send(text=error_event(code, message))
+        text = self.wire_error(code, message)
+        if text is not None:
+            await self._send(text=text)
 
     async def _send(self, text: str | None = None, data: bytes | None = None,
-                    still_valid=lambda: True) -> bool:
-        """False only when ``still_valid()`` said no (a closed socket swallows the message)."""
+                    still_valid=lambda: True, texts: list[str] | None = None) -> bool:
+        """False only when ``still_valid()`` said no (a closed socket swallows the message).
+        ``texts`` go out together, under one hold of the lock: no other task's message between."""
         if self.ws.application_state != WebSocketState.CONNECTED:
             return True
         async with self._send_lock:
             if not still_valid():
                 return False
             with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                if text is not None:
+                if texts is not None:
+                    for item in texts:
+                        await self.ws.send_text(item)
+                elif text is not None:
                     await self.ws.send_text(text)
-                else:
-                    await self.ws.send_bytes(data or b"")
+                elif data is not None:
+                    await self.ws.send_bytes(data)
         return True
 
     # ---- receiving -----------------------------------------------------
@@ -198,11 +236,32 @@ class Call:
                 self._start_turn(message.text, TurnTimings())
             elif isinstance(message, PlaybackPosition):
                 if self.turn and self.turn.turn_id == message.turn_id:
-                    self.turn.played_ms, self.turn.played_at = message.played_ms, time.perf_counter()
+                    self.played(self.turn, message.played_ms)
             elif isinstance(message, SessionEnd):
                 return False
         except ProtocolError as exc:
             await self.send_error(exc.code, exc.message)
+        return True
+
+    def played(self, turn: ActiveTurn, played_ms: int) -> None:
+        """The client is playing the turn at ``played_ms``: a barge-in cuts the record there."""
+        turn.played_ms, turn.played_at = played_ms, time.perf_counter()
+
+    def truncated(self, turn_id: str, played_ms: int) -> bool:
+        """The client stopped the turn's audio at ``played_ms`` (it cut playback itself, often after
+        the gateway's own cut): the record of what was heard becomes that. False: no such turn."""
+        turn = self._recent.get(turn_id)
+        if turn is None:
+            return False
+        self.played(turn, played_ms)
+        previous = self.previous_reply
+        turn.played_stopped = True  # playback stopped there: no time is added to it
+        cut = played_ms < turn.spoken.sent_ms - self.settings.output_frame_ms
+        ours = previous is not None and previous.turn_id == turn_id and bool(turn.text)
+        if ours and (previous.interrupted or cut):
+            self.previous_reply = brain_pb2.SpokenPart(
+                turn_id=turn_id, text=turn.spoken.spoken_text(played_ms), interrupted=True,
+                user_text=turn.text)
         return True
 
     async def _start_session(self, start: SessionStart) -> None:
@@ -219,7 +278,7 @@ class Call:
             self.fallback.warm(start.language)
         await self.send_event(
             "session.started", session_id=session_id,
-            audio={"encoding": "pcm16", "sample_rate": self.settings.output_sample_rate},
+            audio={"encoding": "pcm16", "sample_rate": self.output_rate},
         )
 
     async def _on_audio(self, data: bytes) -> None:
@@ -296,6 +355,7 @@ class Call:
         if kind == "speech_started":
             self._utterance_open = True
             self._became_busy()
+            await self.on_speech(True, ev.speech_started.offset_ms)
             self._open_utterance_span(ev.utterance_index)
             turn = self.turn
             audible = turn.turn_id if turn is not None and turn.audible(now) else None
@@ -306,6 +366,7 @@ class Call:
             self._barge_in.end_of_utterance(ev.utterance_index)
             speech_end = self._stt.arrival_of(ev.end_of_utterance.end_ms) if self._stt else now
             self._pending_timings = TurnTimings(speech_end=speech_end, end_of_utterance=now)
+            await self.on_speech(False, ev.end_of_utterance.end_ms)
         elif kind == "transcript":
             await self._on_transcript(ev, now)
 
@@ -452,12 +513,15 @@ class Call:
         previous = self.turn
         self._barge_in.clear()  # the new turn interrupts the old one anyway
         turn_id = early.turn_id if early is not None else "t_" + uuid.uuid4().hex[:12]
-        spoken = SpokenTracker(self.settings.output_sample_rate)
+        spoken = SpokenTracker(self.output_rate)
         request = TurnRequest(
             self.session_id, self.user_id, turn_id, text, self.session.language,
-            self.settings.output_sample_rate,
+            self.output_rate,
         )
         turn = ActiveTurn(turn_id, text, transcribed, spoken, self._new_playout(spoken))
+        self._recent[turn_id] = turn
+        while len(self._recent) > 4:  # a report comes for the last turn or two, never older ones
+            self._recent.pop(next(iter(self._recent)))
         span = span or TRACER.start_span("turn", attributes={**ids(self.session_id),
                                                              "voicebot.turn.input": "text"})
         span.set_attributes(ids(self.session_id, turn_id))
@@ -505,11 +569,13 @@ class Call:
             await self.send_error("upstream_unavailable", f"the {UPSTREAM_NAMES[exc.stage]} is unavailable "
                                                           "right now")
             await self._speak_fallback(turn, runner, "unavailable", exc.stage)
+            await self.on_turn_over(turn, "error")
             return "error"
         TURNS.labels("completed").inc()
         if not turn.interrupted:
             self.previous_reply = brain_pb2.SpokenPart(turn_id=request.turn_id, text=reply)
         await self.send_event("turn.metrics", turn_id=request.turn_id, ms=timings.observe(trace_id_hex()))
+        await self.on_turn_over(turn, "completed")
         return "completed"
 
     async def _end_previous(self, previous: ActiveTurn | None) -> None:
@@ -522,8 +588,11 @@ class Call:
         assert self.session is not None
         if self.fallback is not None:
             pcm, source = self.fallback.audio(kind, self.session.language)
+            if self.fallback.sample_rate != self.output_rate:  # prepared at the gateway's rate
+                pcm = float_to_pcm16(resample(pcm16_to_float(pcm), self.fallback.sample_rate,
+                                              self.output_rate))
         else:
-            pcm, source = chime(self.settings.output_sample_rate), "tone"
+            pcm, source = chime(self.output_rate), "tone"
         FALLBACKS.labels(failed, source).inc()
         turn.playout.stop()  # what the failed reply left unsent is moot now
         turn.playout = self._new_playout(turn.spoken)
@@ -533,7 +602,7 @@ class Call:
         """A fallback with no turn around it (STT failed): a turn of its own, so that speech or
         a typed turn interrupts it like any reply."""
         previous = self.turn
-        spoken = SpokenTracker(self.settings.output_sample_rate)
+        spoken = SpokenTracker(self.output_rate)
         turn = ActiveTurn("t_" + uuid.uuid4().hex[:12], "", False, spoken, self._new_playout(spoken))
 
         async def say() -> None:

@@ -70,6 +70,12 @@ class GatewaySettings(BaseSettings):
     # Whisper hears words in short clicks and coughs.
     barge_in_min_words_ms: int = 200
 
+    # /v1/twilio: the per-deployment secret a Twilio stream must carry (?secret= in its URL or the
+    # `secret` custom parameter; Twilio cannot send headers). Empty: the endpoint refuses every call.
+    twilio_secret: str = ""
+    # The user id phone calls run as (history and sessions are per user; caller ID can be spoofed).
+    twilio_user_id: str = "phone"
+
     def token_map(self) -> dict[str, str]:
         pairs = {}
         for item in self.tokens.split(","):

@@ -32,6 +32,8 @@ LOG_ROOT = Path(os.environ.get("VOICEBOT_TEST_LOGS", "/tmp/voicebot-test-logs"))
 # in this process's environment (in-process servers and clients) and every child's.
 INTERNAL_TOKEN = ensure_internal_token()
 REDIS_PASSWORD = secrets.token_urlsafe(18)
+# /v1/twilio's per-deployment secret for the shared gateway (Twilio streams carry it in the URL).
+TWILIO_SECRET = secrets.token_urlsafe(18)
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +108,8 @@ def services(redis_url, fake_llm):
         stt, tts = start_speech(stack)
         brain, gateway = start_brain_and_gateway(
             stack, redis_url=redis_url, llm_base_url=fake_llm.base_url, tokens=TOKENS, stt=stt, tts=tts,
-            brain_env={"BRAIN_LLM_DEADLINE_S": "2"}, name="fake")
+            brain_env={"BRAIN_LLM_DEADLINE_S": "2"}, env={"GATEWAY_TWILIO_SECRET": TWILIO_SECRET},
+            name="fake")
         yield RunningStack(stack, redis_url, stt, tts, f"127.0.0.1:{brain.ready['grpc']}",
                            gateway.ready["http"], {"stt": stt.ready["metrics"], "tts": tts.ready["metrics"],
                                                    "brain": brain.ready["metrics"]})
