@@ -151,6 +151,9 @@ class Call:
         # went out (they went on speaking): it leads the next turn's text.
         self._unanswered: str | None = None
         self._early: EarlyReply | None = None  # a reply started on the speculative transcript
+        # The call's metadata for the brain (a phone bridge's custom parameters), shown to the
+        # model as data; never the user id, which comes from auth alone.
+        self.session_context: dict[str, str] = {}
         self._rate_limited_at = 0.0
         self._utterance_open = False  # SpeechStarted came and its final has not
         # The rate of the audio sent to this client (a wire protocol may fix its own).
@@ -503,7 +506,8 @@ class Call:
             return
         request = brain_pb2.RespondRequest(
             session_id=self.session_id, turn_id="t_" + uuid.uuid4().hex[:12], user_id=self.user_id,
-            text=text, language=self.session.language, previous_reply=self.previous_reply)
+            text=text, language=self.session.language, previous_reply=self.previous_reply,
+            session_context=self.session_context)
         self._early = EarlyReply(self.upstreams.brain, request, utterance, self.settings.turn_timeout_s,
                                  outgoing_metadata())
 
@@ -516,7 +520,7 @@ class Call:
         spoken = SpokenTracker(self.output_rate)
         request = TurnRequest(
             self.session_id, self.user_id, turn_id, text, self.session.language,
-            self.output_rate,
+            self.output_rate, context=self.session_context,
         )
         turn = ActiveTurn(turn_id, text, transcribed, spoken, self._new_playout(spoken))
         self._recent[turn_id] = turn

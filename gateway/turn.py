@@ -76,6 +76,7 @@ class TurnRequest:
     language: str
     output_rate: int
     previous_reply: brain_pb2.SpokenPart | None = None
+    context: dict[str, str] | None = None  # the call's metadata (a phone bridge's parameters)
 
 
 class TurnOutput(Protocol):
@@ -123,6 +124,7 @@ class TurnRunner:
             brain_pb2.RespondRequest(
                 session_id=req.session_id, turn_id=req.turn_id, user_id=req.user_id,
                 text=req.text, language=req.language, previous_reply=req.previous_reply,
+                session_context=req.context or {},
             ),
             timeout=self.timeout_s,
             metadata=outgoing_metadata(),  # the turn's trace continues in the brain

@@ -93,7 +93,8 @@ class TwilioCall(Call):
             self._bad(f"media format {fmt} (expected audio/x-mulaw at 8000 Hz)")
         self.stream_sid = start.get("streamSid") or message.get("streamSid")
         self.call_sid = start.get("callSid")
-        self.context = {str(k): str(v) for k, v in params.items() if k != "secret"}
+        self.context = {str(k)[:200]: str(v)[:200] for k, v in list(params.items())[:20] if k != "secret"}
+        self.session_context = self.context  # reaches the brain with every turn, as data
         language = self.context.get("language", "en")
         language = language if 2 <= len(language) <= 8 else "en"
         await self._start_session(SessionStart(None, language, RATE))

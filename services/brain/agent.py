@@ -459,7 +459,8 @@ class Agent:
             last = index == self.limits.max_llm_calls - 1 or turn.stop is not None
             use_tools = len(self.tools) > 0 and not last
             if not turn.context:  # fixed for the turn and stored with it: later prompts repeat it
-                turn.context = state_text(turn.state.model_view(turn.note))
+                call = dict(turn.request.session_context)
+                turn.context = state_text(turn.state.model_view(turn.note, call))
             instruction = ANSWER_NOW if not use_tools and turn.steps else ""
             messages = build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
                                       turn.context, self.settings.recent_turns, self.settings.history_turns,

@@ -39,6 +39,8 @@ from voicebot.v1 import brain_pb2, brain_pb2_grpc
 log = logging.getLogger("brain")
 TRACER = tracer("voicebot.brain")
 MAX_TEXT_CHARS = 2000
+MAX_CONTEXT_ENTRIES = 20
+MAX_CONTEXT_CHARS = 200
 
 
 def validate(request: brain_pb2.RespondRequest) -> str | None:
@@ -49,6 +51,10 @@ def validate(request: brain_pb2.RespondRequest) -> str | None:
         return "text is empty"
     if len(request.text) > MAX_TEXT_CHARS:
         return f"text is over {MAX_TEXT_CHARS} characters"
+    context = request.session_context
+    if len(context) > MAX_CONTEXT_ENTRIES or any(
+            len(k) > MAX_CONTEXT_CHARS or len(v) > MAX_CONTEXT_CHARS for k, v in context.items()):
+        return f"session_context: at most {MAX_CONTEXT_ENTRIES} entries of {MAX_CONTEXT_CHARS} characters"
     return None
 
 

@@ -111,8 +111,10 @@ class SessionState(BaseModel):
         return any(e.kind == kind and e.id == internal_id for e in self.refs.values())
 
     # ---- what the model sees -------------------------------------------
-    def model_view(self, note: str = "") -> dict[str, Any]:
+    def model_view(self, note: str = "", call: dict[str, str] | None = None) -> dict[str, Any]:
         view: dict[str, Any] = {"dialog_state": self.mode.value}
+        if call:
+            view["call"] = dict(sorted(call.items()))  # the call's metadata: data, not the caller's words
         if self.task:
             view["collected"] = self.task
         if self.pending is not None:

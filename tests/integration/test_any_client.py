@@ -246,6 +246,10 @@ async def test_a_twilio_call_completes_a_spoken_turn_and_is_cleared_on_barge_in(
                        if e["event"] == "media")
         assert np.abs(np.frombuffer(pcm, "<i2")).max() > 1000  # speech, not silence
         await phone.send("stop", stop={"accountSid": "AC0", "callSid": "CA0"})
+    # The call's custom parameters reached the brain as data (the state block), the secret not.
+    prompts = [json.dumps(r["messages"]) for r in scripted_llm.requests if not is_guard(r)]
+    assert any('\\"call\\": {\\"caller\\": \\"+15550100\\"}' in p for p in prompts), prompts[-1][-400:]
+    assert not any(TWILIO_SECRET in p for p in prompts)
 
 
 async def test_twilio_bad_input_is_counted_and_the_call_goes_on(services, scripted_llm):

@@ -1,3 +1,4 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Mapping as _Mapping
@@ -30,20 +31,29 @@ class SpokenPart(_message.Message):
     def __init__(self, turn_id: _Optional[str] = ..., text: _Optional[str] = ..., interrupted: _Optional[bool] = ..., user_text: _Optional[str] = ...) -> None: ...
 
 class RespondRequest(_message.Message):
-    __slots__ = ("session_id", "turn_id", "user_id", "text", "language", "previous_reply")
+    __slots__ = ("session_id", "turn_id", "user_id", "text", "language", "previous_reply", "session_context")
+    class SessionContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_REPLY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     turn_id: str
     user_id: str
     text: str
     language: str
     previous_reply: SpokenPart
-    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., user_id: _Optional[str] = ..., text: _Optional[str] = ..., language: _Optional[str] = ..., previous_reply: _Optional[_Union[SpokenPart, _Mapping]] = ...) -> None: ...
+    session_context: _containers.ScalarMap[str, str]
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., user_id: _Optional[str] = ..., text: _Optional[str] = ..., language: _Optional[str] = ..., previous_reply: _Optional[_Union[SpokenPart, _Mapping]] = ..., session_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("text",)
