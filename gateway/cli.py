@@ -139,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fast", action="store_true", help="send the audio at once, not in real time")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--session", help="resume this session (printed by an earlier call)")
+    p.add_argument("--protocol", choices=("v1", "realtime"), default="v1",
+                   help="the gateway's own protocol (/v1/call) or the OpenAI Realtime API (/v1/realtime)")
     args = parser.parse_args(argv)
     if not args.token:
         parser.error("--token (or VOICEBOT_TOKEN) is required; `make run` prints one")
@@ -148,9 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     def progress(msg: str) -> None:
         print(f"… {msg}", file=sys.stderr, flush=True)
 
+    if args.protocol == "realtime" and args.session:
+        parser.error("--session is for protocol v1 (a Realtime session lives as long as its socket)")
     try:
-        result = asyncio.run(call(args.url, args.token, args.wav, args.text, args.fast,
-                                  args.timeout, progress, args.session))
+        if args.protocol == "realtime":
+            from gateway.cli_realtime import call_realtime
+
+            result = asyncio.run(call_realtime(args.url, args.token, args.wav, args.text, args.fast,
+                                               args.timeout, progress))
+        else:
+            result = asyncio.run(call(args.url, args.token, args.wav, args.text, args.fast,
+                                      args.timeout, progress, args.session))
     except (TimeoutError, OSError) as exc:
         print(f"call failed: {exc!r} (is the stack running? `make run`)", file=sys.stderr)
         return 1
