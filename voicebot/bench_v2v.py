@@ -35,6 +35,7 @@ from voicebot.common.stats import percentile
 from voicebot.devstack import (
     Stack,
     free_port,
+    local_llm_brain_env,
     main_llm_threads,
     redis_url_for,
     start_brain_and_gateway,
@@ -211,8 +212,8 @@ async def main_async(rounds: int) -> dict[str, Any]:
         for name, guard in (("guard-on", "true"), ("guard-off", "false")):
             _, gateway = start_brain_and_gateway(
                 stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
-                name=name, brain_env={**profile_env, "BRAIN_GUARD_LLM_BASE_URL": guard_url,
-                                      "BRAIN_GUARD_ENABLED": guard})
+                name=name, brain_env={**profile_env, **local_llm_brain_env(),
+                                      "BRAIN_GUARD_LLM_BASE_URL": guard_url, "BRAIN_GUARD_ENABLED": guard})
             pairs[name] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
         questions = QUESTIONS * rounds
         cases = [("questions, guard on", "guard-on", questions, 4),

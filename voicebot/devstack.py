@@ -16,6 +16,7 @@ everything this launcher started.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -369,6 +370,18 @@ class Supervisor:
             log.write(line + "\n")
 
 
+def local_llm_brain_env() -> dict[str, str]:
+    """The brain's request fields for the local native llama-server: the main reply in its own
+    slot, the guard in the other with a one-word grammar (none for the python fallback, which
+    has no slots)."""
+    from voicebot import localllm
+
+    if localllm.server_binary() is None:
+        return {}
+    return {"BRAIN_LLM_EXTRA_BODY": json.dumps(localllm.main_request_fields()),
+            "BRAIN_GUARD_EXTRA_BODY": json.dumps(localllm.guard_request_fields())}
+
+
 def start_guard_llm(stack: Stack, port: int) -> str:
     """The topic guard's LLM URL.
 
@@ -468,7 +481,7 @@ def start_mcp_servers(stack: Stack, profile: str, env: dict[str, str] | None = N
 
 def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: str,
                    ports: dict[str, int], guard_llm_url: str = "", profile: str = "restaurant",
-                   fixed_ports: bool = True) -> dict[str, Proc]:
+                   fixed_ports: bool = True, llm_env: dict[str, str] | None = None) -> dict[str, Proc]:
     """STT, TTS, the profile's MCP servers, brain and gateway: what `make run` serves.
 
     Each MCP server answers only ``Authorization: Bearer <token>`` with a token made here
@@ -481,7 +494,8 @@ def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: s
     servers, profile_env = start_mcp_servers(stack, profile, env, fixed_ports)
     brain, gateway = start_brain_and_gateway(
         stack, redis_url=redis_url, llm_base_url=llm_base_url, tokens=tokens, stt=stt, tts=tts,
-        ports=ports, env=env, brain_env={**profile_env, "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url})
+        ports=ports, env=env, brain_env={**profile_env, **(llm_env or {}),
+                                         "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url})
     return {"stt": stt, "tts": tts, **servers, "brain": brain, "gateway": gateway}
 
 
@@ -527,14 +541,16 @@ def main() -> int:
         redis_url = os.environ.get("REDIS_URL") or local_redis(stack)
         llm_url = os.environ.get("BRAIN_LLM_BASE_URL")
         guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
+        llm_env: dict[str, str] = {}
         if not llm_url:
             llm_port = int(os.environ.get("LLM_PORT", "8000"))
             stack.start_llm(llm_port, threads=None if guard_url else main_llm_threads())
             llm_url = f"http://127.0.0.1:{llm_port}/v1"
             if not guard_url:
                 guard_url = start_guard_llm(stack, int(os.environ.get("LLM_GUARD_PORT", "8001")))
+            llm_env = local_llm_brain_env()  # slots and the guard's grammar on the local server
         start_voicebot(stack, redis_url=redis_url, llm_base_url=llm_url, tokens=tokens,
-                       guard_llm_url=guard_url, profile=profile, ports={
+                       guard_llm_url=guard_url, profile=profile, llm_env=llm_env, ports={
             "stt": int(os.environ.get("STT_PORT", "50051")),
             "brain": int(os.environ.get("BRAIN_PORT", "50052")),
             "tts": int(os.environ.get("TTS_PORT", "50053")),

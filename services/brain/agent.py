@@ -644,11 +644,16 @@ class Agent:
         block and the caller's words are new."""
         messages = history_messages(self.system, turns, self.settings.recent_turns,
                                     self.settings.history_turns)
-        try:
-            async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
-                pass
-        except (LLMUnavailable, LLMRequestError) as exc:
-            log.info("prefill after the reply failed", extra={"error": str(exc)})
+
+        async def main() -> None:
+            try:
+                async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
+                    pass
+            except (LLMUnavailable, LLMRequestError) as exc:
+                log.info("prefill after the reply failed", extra={"error": str(exc)})
+
+        guard = self.guard.prefill(turns[-1].assistant) if self.guard is not None and turns else None
+        await asyncio.gather(main(), *([guard] if guard else []))
 
     async def _store_record(self, turn: TurnRun, outcome: str) -> None:
         turn.record.update(outcome=outcome, ms=round((self.clock() - turn.started) * 1000))

@@ -28,7 +28,7 @@ from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.profile import load_profile
 from voicebot.common.stats import percentile
-from voicebot.devstack import ROOT, Stack, free_port, start_guard_llm
+from voicebot.devstack import ROOT, Stack, free_port, local_llm_brain_env, start_guard_llm
 
 CORPORA = ROOT / "tests" / "guard_corpora"
 
@@ -56,8 +56,9 @@ async def bench(profiles: list[str]) -> list[dict[str, Any]]:
     stack = Stack(Path(tempfile.mkdtemp(prefix="bench-guard-")), quiet=False)
     results = []
     try:
+        extra = json.loads(local_llm_brain_env().get("BRAIN_GUARD_EXTRA_BODY", "{}"))  # slot, grammar
         chat = OpenAIChatClient(start_guard_llm(stack, free_port()), "guard", temperature=0.0,
-                                deadline_s=5.0, first_token_timeout_s=60)
+                                deadline_s=5.0, first_token_timeout_s=60, extra_body=extra)
         for name in profiles:
             profile = load_profile(name)
             guard = TopicGuard(chat, profile.purpose, 60.0, profile.guard.allow, profile.guard.block)

@@ -9,6 +9,7 @@ it must never take the call down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -58,11 +59,22 @@ class TopicGuard:
                                  "voicebot.guard.reason": verdict.reason})
             return verdict
 
+    @staticmethod
+    def _said(context: str) -> str:
+        return f"Assistant said: {context.strip()[-300:]}\n" if context.strip() else ""
+
+    async def prefill(self, context: str) -> None:
+        """Right after a reply, have the server cache the next check's prompt up to the caller's
+        words (the guard's instructions and what the assistant just said), while the caller listens."""
+        messages = [{"role": "system", "content": self.system},
+                    {"role": "user", "content": f"{self._said(context)}Caller said:"}]
+        with contextlib.suppress(LLMUnavailable, LLMRequestError):
+            await asyncio.wait_for(self._ask(messages, max_tokens=1), self.timeout_s)
+
     async def _check(self, text: str, context: str) -> GuardVerdict:
         started = time.perf_counter()
-        said = f"Assistant said: {context.strip()[-300:]}\n" if context.strip() else ""
         messages = [{"role": "system", "content": self.system},
-                    {"role": "user", "content": f"{said}Caller said: {text}"}]
+                    {"role": "user", "content": f"{self._said(context)}Caller said: {text}"}]
         try:
             answer = await asyncio.wait_for(self._ask(messages), self.timeout_s)
         except (LLMUnavailable, LLMRequestError, TimeoutError) as exc:
@@ -71,9 +83,9 @@ class TopicGuard:
         blocked = "BLOCK" in answer.upper() and "ALLOW" not in answer.upper()
         return self._verdict(not blocked, answer.strip()[:20] or "empty", started)
 
-    async def _ask(self, messages) -> str:
+    async def _ask(self, messages, max_tokens: int = 3) -> str:
         parts: list[str] = []
-        async for chunk in self.chat(messages, max_tokens=3):
+        async for chunk in self.chat(messages, max_tokens=max_tokens):
             parts.append(chunk.text)
         return "".join(parts)
 

@@ -19,6 +19,7 @@ from voicebot.common.audio import float_to_pcm16, read_wav, write_wav
 from voicebot.devstack import (
     Stack,
     free_port,
+    local_llm_brain_env,
     main_llm_threads,
     start_brain_and_gateway,
     start_guard_llm,
@@ -40,7 +41,8 @@ def real_llm_gateway(services):
         _, gateway = start_brain_and_gateway(
             stack, redis_url=services.redis_url, llm_base_url=f"http://127.0.0.1:{llm.ready['http']}/v1",
             tokens=TOKENS, stt=services.stt, tts=services.tts, name="real", brain_env={
-                "BRAIN_GUARD_LLM_BASE_URL": guard_url, "BRAIN_PREFILL_AFTER_REPLY": "true", **profile_env},
+                "BRAIN_GUARD_LLM_BASE_URL": guard_url, "BRAIN_PREFILL_AFTER_REPLY": "true", **profile_env,
+                **local_llm_brain_env()},
         )
         gateway_port = gateway.ready["http"]
         yield f"ws://127.0.0.1:{gateway_port}/v1/call"
