@@ -185,9 +185,7 @@ class Agent:
         passed = asyncio.Event()
         guard = None
         if self.guard is not None and not self._skips_guard(turn):
-            previous = turn.last_turn()
-            context = previous.assistant if previous else ""
-            guard = asyncio.create_task(self.guard.check(request.text, context))
+            guard = asyncio.create_task(self.guard.check(request.text))
         else:
             passed.set()
             if self.guard is not None:
@@ -644,16 +642,12 @@ class Agent:
         block and the caller's words are new."""
         messages = history_messages(self.system, turns, self.settings.recent_turns,
                                     self.settings.history_turns)
-
-        async def main() -> None:
-            try:
-                async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
-                    pass
-            except (LLMUnavailable, LLMRequestError) as exc:
-                log.info("prefill after the reply failed", extra={"error": str(exc)})
-
-        guard = self.guard.prefill(turns[-1].assistant) if self.guard is not None and turns else None
-        await asyncio.gather(main(), *([guard] if guard else []))
+        # (The guard's prompt is the same every time: it stays cached in its own slot.)
+        try:
+            async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
+                pass
+        except (LLMUnavailable, LLMRequestError) as exc:
+            log.info("prefill after the reply failed", extra={"error": str(exc)})
 
     async def _store_record(self, turn: TurnRun, outcome: str) -> None:
         turn.record.update(outcome=outcome, ms=round((self.clock() - turn.started) * 1000))

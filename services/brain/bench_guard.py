@@ -40,7 +40,7 @@ async def verdicts(guard: TopicGuard, items: list[dict[str, Any]], by_code: bool
         if by_code and said and is_dialogue_act(item["text"]):
             out.append({**item, "blocked": False, "by": "code", "ms": 0})
             continue
-        verdict = await guard.check(item["text"], said)
+        verdict = await guard.check(item["text"])
         out.append({**item, "blocked": not verdict.allowed, "by": "model",
                     "ms": round(verdict.seconds * 1000)})
     return out

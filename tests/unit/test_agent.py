@@ -351,25 +351,6 @@ async def test_the_next_prompt_is_prefilled_while_the_caller_listens(redis_url, 
     await redis.aclose()
 
 
-async def test_the_guards_next_prompt_is_prefilled_too(redis_url, scripted_llm):
-    redis = aioredis.Redis.from_url(redis_url)
-    settings = BrainSettings(llm_base_url=scripted_llm.base_url, prefill_after_reply=True)
-    chat = OpenAIChatClient(settings.llm_base_url, "m")
-    agent = Agent(settings, chat, SessionStore(redis, 60), guard=TopicGuard(chat, "answering questions"))
-    session = uuid.uuid4().hex
-    scripted_llm.script = lambda b: "ALLOW" if is_guard(b) else "We open at noon."
-    await run(agent, request("When do you open?", session, "t1"))
-    await asyncio.gather(*agent._background)
-    guard_prefill = [r for r in scripted_llm.requests if is_guard(r)][-1]
-    prefix = guard_prefill["messages"][-1]["content"]
-    assert prefix == "Assistant said: We open at noon.\nCaller said:"
-    await run(agent, request("And on Sundays?", session, "t2"))
-    check = [r for r in scripted_llm.requests if is_guard(r) and r["max_tokens"] != 1][-1]
-    assert check["messages"][-1]["content"] == prefix + " And on Sundays?"  # the cached part, then the words
-    await chat.aclose()
-    await redis.aclose()
-
-
 async def test_history_has_no_orphan_tool_calls(brain):
     make, store, llm, _ = brain
     llm.script = lambda b: "Done." if tool_results(b) else {"tool_calls": [
