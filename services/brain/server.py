@@ -92,6 +92,7 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
         committed, ended = asyncio.Event(), asyncio.Event()
         reader = asyncio.create_task(_read_commit(requests, committed, ended))
         turn = aiter(self.Respond(first.start, context, committed))
+        step: asyncio.Future | None = None
         try:
             while True:
                 step = asyncio.ensure_future(anext(turn))
@@ -109,7 +110,12 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
                     return
         finally:
             reader.cancel()
-            await turn.aclose()
+            if step is not None and not step.done():  # cancelled (discarded) while it ran the turn
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                    await step
+            with contextlib.suppress(RuntimeError):  # a generator a cancelled step left running
+                await turn.aclose()
 
 
 async def _read_commit(requests: AsyncIterator[brain_pb2.ConverseRequest], committed: asyncio.Event,
