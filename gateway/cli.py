@@ -14,34 +14,11 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 
-from voicebot.common.audio import float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
+from gateway.call_result import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
+from voicebot.common.audio import write_wav
 
-FRAME_MS = 20
-TRAILING_SILENCE_MS = 1500
 STAGES = ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")
-
-
-@dataclass
-class CallResult:
-    session_id: str = ""
-    transcripts: list[str] = field(default_factory=list)
-    partials: int = 0
-    replies: list[str] = field(default_factory=list)
-    metrics: list[dict] = field(default_factory=list)
-    errors: list[dict] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)
-    audio: bytearray = field(default_factory=bytearray)
-    audio_rate: int = 16000
-    interrupts: int = 0
-
-
-def load_audio(path: str) -> tuple[bytes, int]:
-    pcm, rate = read_wav(path)
-    if rate not in (8000, 16000, 24000, 48000):
-        pcm, rate = float_to_pcm16(resample(pcm16_to_float(pcm), rate, 16000)), 16000
-    return pcm, rate
 
 
 async def call(url: str, token: str, wav: str | None = None, text: str | None = None,

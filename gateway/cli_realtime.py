@@ -14,7 +14,7 @@ import base64
 import json
 import time
 
-from gateway.cli import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
+from gateway.call_result import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
 from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
 
 RATE = 24000
