@@ -119,8 +119,9 @@ class TextToolCallFilter:
             stripped = self._pending.lstrip()
             if not stripped:
                 return ""
-            if any(stripped.startswith(s) or s.startswith(stripped) for s in _SUSPECT_STARTS):
-                if len(stripped) < len("<tool_call>") and not stripped.startswith(("{", "[{")):
+            if stripped.startswith("<") or any(stripped.startswith(s) or s.startswith(stripped)
+                                               for s in _SUSPECT_STARTS):
+                if (len(stripped) < len("<tool_call>") and not stripped.startswith(("{", "[{", "<"))):
                     return ""  # too short to tell yet
                 self.held, self._pending = self._pending, ""
                 return ""
@@ -151,8 +152,9 @@ class TextToolCallFilter:
             # It goes back to the model as a call that fails, with the error saying why.
             name = botched.group(1) if botched else "invalid_tool_call"
             return "", [ToolCall(new_call_id(), name, self.held.strip())]
-        # It was not a call after all (say, a fenced snippet in prose): speak it, without markup.
-        return re.sub(r"</?tool_call>|```(?:json)?", "", self.held), []
+        # It was not a call after all (say, a fenced snippet in prose, or a broken tag such as
+        # "<tools</tools"): speak what is left without the markup, which may be nothing.
+        return re.sub(r"</?[A-Za-z_][^>\s]*>?|```(?:json)?", "", self.held).strip(), []
 
 
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')

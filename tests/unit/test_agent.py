@@ -422,3 +422,10 @@ async def test_concurrent_writers_lose_no_update(brain):
 
 def test_limits_default_to_four_llm_calls():
     assert LoopLimits().max_llm_calls == 4 == BrainSettings().max_llm_calls
+
+
+async def test_a_broken_tag_written_by_the_model_is_never_read_aloud(brain):
+    make, _, llm, _ = brain
+    llm.script = lambda _b: "<tools</tools"
+    events = await run(make(with_tools=False), request("An appointment please"))
+    assert "<" not in spoken(events) and spoken(events) == Profile().sentences.fallback
