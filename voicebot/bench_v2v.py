@@ -35,11 +35,9 @@ from voicebot.common.stats import percentile
 from voicebot.devstack import (
     Stack,
     free_port,
-    local_llm_brain_env,
-    main_llm_threads,
     redis_url_for,
     start_brain_and_gateway,
-    start_guard_llm,
+    start_local_llm,
     start_mcp_servers,
     start_speech,
 )
@@ -202,9 +200,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         redis_port = free_port()
         stack.start_redis(redis_port)
         redis_url = redis_url_for(redis_port)
-        llm = stack.start_llm(free_port(), threads=main_llm_threads())
-        llm_url = f"http://127.0.0.1:{llm.ready['http']}/v1"
-        guard_url = start_guard_llm(stack, free_port())
+        llm_url, llm_env = start_local_llm(stack)
         stt, tts = start_speech(stack)
         _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:",
                                                                 "RESERVATIONS_TODAY": "2026-11-30"})
@@ -212,8 +208,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         for name, guard in (("guard-on", "true"), ("guard-off", "false")):
             _, gateway = start_brain_and_gateway(
                 stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
-                name=name, brain_env={**profile_env, **local_llm_brain_env(),
-                                      "BRAIN_GUARD_LLM_BASE_URL": guard_url, "BRAIN_GUARD_ENABLED": guard})
+                name=name, brain_env={**profile_env, **llm_env, "BRAIN_GUARD_ENABLED": guard})
             pairs[name] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
         questions = QUESTIONS * rounds
         cases = [("questions, guard on", "guard-on", questions, 4),

@@ -382,6 +382,15 @@ def local_llm_brain_env() -> dict[str, str]:
             "BRAIN_GUARD_EXTRA_BODY": json.dumps(localllm.guard_request_fields())}
 
 
+def start_local_llm(stack: Stack) -> tuple[str, dict[str, str]]:
+    """The local LLM as ``make run`` has it, on free ports: the main URL, and the brain's
+    environment for it (the guard's URL, the slot and grammar request fields)."""
+    llm = stack.start_llm(free_port(), threads=main_llm_threads())
+    guard_url = start_guard_llm(stack, free_port())
+    return (f"http://127.0.0.1:{llm.ready['http']}/v1",
+            {"BRAIN_GUARD_LLM_BASE_URL": guard_url, **local_llm_brain_env()})
+
+
 def start_guard_llm(stack: Stack, port: int) -> str:
     """The topic guard's LLM URL.
 

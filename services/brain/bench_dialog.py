@@ -42,11 +42,9 @@ from voicebot.devstack import (
     ROOT,
     Stack,
     free_port,
-    local_llm_brain_env,
-    main_llm_threads,
     redis_url_for,
     start_brain_and_gateway,
-    start_guard_llm,
+    start_local_llm,
     start_mcp_servers,
     start_speech,
 )
@@ -197,8 +195,8 @@ async def run_dialog(dialog: dict[str, Any], judge: Judge, ws_url: str) -> Dialo
     return result
 
 
-async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm_url: str, guard_url: str,
-                        redis_url: str, limit: int | None) -> list[DialogResult]:
+async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm_url: str,
+                        llm_env: dict[str, str], redis_url: str, limit: int | None) -> list[DialogResult]:
     spec = yaml.safe_load(DIALOGS[profile].read_text())
     prefix = {"restaurant": "RESERVATIONS", "clinic": "CLINIC"}[profile]
     _, brain_env = start_mcp_servers(stack, profile, {
@@ -206,8 +204,7 @@ async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm
     stt, tts = speech
     _, gateway = start_brain_and_gateway(
         stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
-        brain_env={**brain_env, **local_llm_brain_env(), "BRAIN_GUARD_LLM_BASE_URL": guard_url},
-        name=profile)
+        brain_env={**brain_env, **llm_env}, name=profile)
     url_var = next(k for k in brain_env if k.endswith("_URL"))
     token_var = next(k for k in brain_env if k.endswith("_TOKEN"))
     ws_url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
@@ -244,13 +241,11 @@ async def main_async(args: argparse.Namespace) -> int:
         port = free_port()
         stack.start_redis(port)
         redis_url = redis_url_for(port)
-        llm = stack.start_llm(free_port(), threads=main_llm_threads())
-        guard_url = start_guard_llm(stack, free_port())
-        llm_url = f"http://127.0.0.1:{llm.ready['http']}/v1"
+        llm_url, llm_env = start_local_llm(stack)
         speech = start_speech(stack)
         for profile in args.profile:
             print(f"== {profile}", flush=True)
-            results = await bench_profile(profile, stack, speech, llm_url, guard_url, redis_url, args.limit)
+            results = await bench_profile(profile, stack, speech, llm_url, llm_env, redis_url, args.limit)
             rows.append(summary(profile, results))
     finally:
         stack.stop()

@@ -18,11 +18,8 @@ from tests.conftest import LOG_ROOT, TOKENS
 from voicebot.common.audio import float_to_pcm16, read_wav, write_wav
 from voicebot.devstack import (
     Stack,
-    free_port,
-    local_llm_brain_env,
-    main_llm_threads,
     start_brain_and_gateway,
-    start_guard_llm,
+    start_local_llm,
     start_mcp_servers,
 )
 
@@ -35,14 +32,12 @@ def real_llm_gateway(services):
     stack = Stack(LOG_ROOT / "e2e", quiet=True)
     try:
         # As `make run` has it: the main LLM, the guard's own instance, the reservation demo.
-        llm = stack.start_llm(free_port(), threads=main_llm_threads())
-        guard_url = start_guard_llm(stack, free_port())
+        llm_url, llm_env = start_local_llm(stack)
         _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:"})
         _, gateway = start_brain_and_gateway(
-            stack, redis_url=services.redis_url, llm_base_url=f"http://127.0.0.1:{llm.ready['http']}/v1",
+            stack, redis_url=services.redis_url, llm_base_url=llm_url,
             tokens=TOKENS, stt=services.stt, tts=services.tts, name="real", brain_env={
-                "BRAIN_GUARD_LLM_BASE_URL": guard_url, "BRAIN_PREFILL_AFTER_REPLY": "true", **profile_env,
-                **local_llm_brain_env()},
+                "BRAIN_PREFILL_AFTER_REPLY": "true", **profile_env, **llm_env},
         )
         gateway_port = gateway.ready["http"]
         yield f"ws://127.0.0.1:{gateway_port}/v1/call"
