@@ -152,6 +152,9 @@ def native_server_command(binary: str | Path, model: str | Path, host: str, port
         # the guard ran), restored instead of prefilled again. Bounded: the default (8 GiB) is a
         # third of a small machine that also runs STT and TTS; 1 GiB is ~37k tokens of this model.
         "--cache-ram", "1024",
+        # Flash attention on the CPU too: measured 5-10 % less time per token for both prefill and
+        # decode with the packaged 1.5B and 0.5B models on two cores (three paired runs).
+        "--flash-attn", "on",
         # Prometheus /metrics (prompt and generated tokens, requests processing/deferred).
         "--metrics",
         # The build embeds no web UI (LLAMA_BUILD_UI=OFF): do not serve an empty page at /.

@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from services.brain.actions import Actions, WriteOutcome
 from services.brain.config import BrainSettings
-from services.brain.context import build_messages, history_messages, state_text
+from services.brain.context import build_messages, history_messages, state_block, state_text
 from services.brain.dialog import (
     CONFIRMATION_SCHEMA,
     Decision,
@@ -94,7 +94,7 @@ class TurnRun:
     stop: str | None = None
     fallback: bool = False
     note: str = ""  # for this turn's model calls only
-    context: str = ""  # the state block of this turn's prompts (stored with the turn)
+    context: str | None = None  # the state block of this turn's prompts ("": none; stored with the turn)
     proposed: bool = False  # a write became the pending action: code reads it back
     unreachable: bool = False  # a tool server was down: code says it cannot check
     first_text_at: float | None = None
@@ -140,6 +140,7 @@ class Agent:
                                            settings.max_turn_seconds)
         self.clock = clock
         self.system = system_prompt(self.profile)
+        self.empty_state = state_text(SessionState().model_view())
         self._background: set[asyncio.Task] = set()
 
     async def warm_up(self) -> None:
@@ -147,7 +148,7 @@ class Agent:
         guard's prompt once at start, so the first caller does not pay a cold prefill
         (seconds on a CPU); the LLM server's prompt cache keeps them."""
         started = time.perf_counter()
-        messages = build_messages(self.system, [], "Hello.", [], state_text(SessionState().model_view()))
+        messages = build_messages(self.system, [], "Hello.", [], "")
         try:
             async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
                 pass
@@ -312,7 +313,7 @@ class Agent:
         turn.record["reply"] = reply
         turn.record["dialog_state"] = turn.state.mode.value
         # Reached only when the turn completed: nothing half-finished is stored.
-        stored = Turn(request.turn_id, request.text, reply, steps=turn.steps, context=turn.context)
+        stored = Turn(request.turn_id, request.text, reply, steps=turn.steps, context=turn.context or "")
         state = turn.state
 
         def append(history: SessionHistory) -> None:
@@ -456,9 +457,11 @@ class Agent:
         for index in range(self.limits.max_llm_calls):
             last = index == self.limits.max_llm_calls - 1 or turn.stop is not None
             use_tools = len(self.tools) > 0 and not last
-            if not turn.context:  # fixed for the turn and stored with it: later prompts repeat it
+            if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
                 call = dict(turn.request.session_context)
-                turn.context = state_text(turn.state.model_view(turn.note, call))
+                turn.context = state_block(state_text(turn.state.model_view(turn.note, call)),
+                                           self.empty_state, turn.history.turns,
+                                           self.settings.recent_turns, self.settings.history_turns)
             instruction = ANSWER_NOW if not use_tools and turn.steps else ""
             messages = build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
                                       turn.context, self.settings.recent_turns, self.settings.history_turns,

@@ -10,6 +10,11 @@ so the next turn's prompt repeats this one byte for byte: at the endpoint only
 the new state block and the caller's words are new to the server's cache (the
 agent prefills the rest right after each reply).
 
+The state block is left out when the model already sees the same state: the last
+block among the turns shown in full, or, when none is shown, the empty state of a
+fresh session. Each block left out is some fifteen tokens the server does not have
+to prefill at the endpoint (about 0.4 s for the packaged 1.5B model on two cores).
+
 Older turns collapse to question/answer in steps of ``recent_turns`` rather
 than one per turn, so the cache breaks once every few turns, not every turn.
 """
@@ -45,15 +50,29 @@ def state_text(state: dict[str, Any]) -> str:
     return "Session state: " + json.dumps(state, sort_keys=True, ensure_ascii=False)
 
 
+def shown_turns(turns: list[Turn], recent_turns: int, max_turns: int) -> tuple[list[Turn], int]:
+    """The turns a prompt shows, and the index of the first one shown in full."""
+    turns = turns[window_start(len(turns), max_turns, recent_turns):]
+    return turns, window_start(len(turns), 2 * recent_turns - 1, recent_turns)
+
+
 def history_messages(system: str, turns: list[Turn], recent_turns: int = 4,
                      max_turns: int = 24) -> list[dict[str, Any]]:
     """Instructions and the turns so far: the prefix every next prompt of the session starts with."""
-    turns = turns[window_start(len(turns), max_turns, recent_turns):]
-    full_from = window_start(len(turns), 2 * recent_turns - 1, recent_turns)
+    turns, full_from = shown_turns(turns, recent_turns, max_turns)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for index, turn in enumerate(turns):
         messages += turn_messages(turn, full=index >= full_from)
     return messages
+
+
+def state_block(state: str, empty_state: str, turns: list[Turn], recent_turns: int = 4,
+                max_turns: int = 24) -> str:
+    """This turn's state block: ``state``, or "" when the prompt already shows the same one (the
+    last block of the turns shown in full; ``empty_state`` when none of them has one)."""
+    shown, full_from = shown_turns(turns, recent_turns, max_turns)
+    seen = next((t.context for t in reversed(shown[full_from:]) if t.context), empty_state)
+    return "" if state == seen else state
 
 
 def build_messages(
@@ -69,7 +88,8 @@ def build_messages(
     """The prompt: history, this turn's state block (``context``: fixed for the turn, stored with
     it), the caller's words, this turn's tool steps, and a last-call ``instruction`` if any."""
     messages = history_messages(system, turns, recent_turns, max_turns)
-    messages.append({"role": "system", "content": context})
+    if context:
+        messages.append({"role": "system", "content": context})
     messages.append({"role": "user", "content": text})
     messages += steps
     if instruction:

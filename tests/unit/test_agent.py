@@ -346,7 +346,8 @@ async def test_the_next_prompt_is_prefilled_while_the_caller_listens(redis_url, 
     turn_two = scripted_llm.requests[-2]
     assert turn_two["messages"][:len(prefill["messages"])] == prefill["messages"]
     new = turn_two["messages"][len(prefill["messages"]):]
-    assert [m["role"] for m in new] == ["system", "user"]  # only the state block and the words
+    # Only the caller's words: the session state is unchanged (still empty), so no block repeats it.
+    assert new == [{"role": "user", "content": "And on Sundays?"}]
     await chat.aclose()
     await redis.aclose()
 

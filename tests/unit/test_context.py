@@ -1,0 +1,39 @@
+"""The state block is sent only when the state the model sees would change: each block left out
+is prompt the LLM server does not prefill at the endpoint."""
+
+from services.brain.context import build_messages, state_block, state_text
+from services.brain.session_store import Turn
+
+EMPTY = state_text({"dialog_state": "listen"})
+BOOKING = state_text({"collected": {"party_size": 2}, "dialog_state": "collect"})
+
+
+def turns(*contexts: str) -> list[Turn]:
+    return [Turn(f"t{i}", f"caller {i}", f"bot {i}", context=c) for i, c in enumerate(contexts)]
+
+
+CASES = [
+    # (scenario, turns so far, this turn's state, block sent)
+    ("a fresh session in the empty state", turns(), EMPTY, ""),
+    ("a fresh session that already has state (the call's metadata)", turns(), BOOKING, BOOKING),
+    ("the state the last turn showed, unchanged", turns(EMPTY, BOOKING), BOOKING, ""),
+    ("unchanged since a block two turns back", turns(BOOKING, ""), BOOKING, ""),
+    ("back to the empty state after a booking", turns(BOOKING), EMPTY, EMPTY),
+    ("changed from the empty state", turns(EMPTY), BOOKING, BOOKING),
+    # Eight turns with recent_turns=2: the first ones are shown as question and answer only, so
+    # their block is no longer in the prompt and the state is shown again.
+    ("the last block shown is in a collapsed turn", turns(BOOKING, *[""] * 7), BOOKING, BOOKING),
+]
+
+
+def test_state_block_table():
+    for scenario, history, state, sent in CASES:
+        assert state_block(state, EMPTY, history, recent_turns=2) == sent, scenario
+
+
+def test_a_left_out_block_leaves_no_message():
+    history = turns(BOOKING)
+    block = state_block(BOOKING, EMPTY, history)
+    messages = build_messages("system", history, "And at eight?", [], block)
+    assert block == "" and messages[-1] == {"role": "user", "content": "And at eight?"}
+    assert [m["content"] for m in messages if m["role"] == "system"] == ["system", BOOKING]
