@@ -49,7 +49,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        state["upstreams"] = Upstreams(settings.stt_addr, settings.brain_addr, settings.tts_addr)
+        state["upstreams"] = Upstreams(settings.stt_addr, settings.brain_addr, settings.tts_addr,
+                                       settings.grpc_client_interceptors)
         state["redis"] = connect_redis(settings.redis_url)
         state["sessions"] = SessionRegistry(state["redis"], settings.session_ttl_s)
         state["fallback"] = FallbackVoice(state["upstreams"].tts, settings.output_sample_rate)

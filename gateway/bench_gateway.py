@@ -53,8 +53,9 @@ VARIANTS = {
     # The gateway as configured by default.
     "tuned": {},
     # Everything as the gateway did it before: a message per frame and per word, asyncio's loop,
-    # permessage-deflate.
-    "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true",
+    # permessage-deflate, the token added by client interceptors.
+    "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true",
+                  "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true",
                   "GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
                   "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                   "GATEWAY_REPLY_PHRASE_CHARS": "1"},
@@ -62,6 +63,7 @@ VARIANTS = {
     "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
     "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
     "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0"},
+    "interceptor": {"GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},
 }

@@ -59,6 +59,10 @@ class GatewaySettings(BaseSettings):
     # (http(s)://localhost, 127.0.0.1, [::1], any port), "*" (any), or exact origins
     # (https://app.example.com). A connection without an Origin header (CLI, servers) is allowed.
     allowed_origins: str = "self,localhost"
+    # The internal token added to upstream calls by grpc.aio client interceptors (as before)
+    # instead of with each call's metadata: slower, every streamed message goes through the
+    # interceptor's wrapper (the bench's ``interceptor`` variant). For comparison only.
+    grpc_client_interceptors: bool = False
     # The event loop: "uvloop" when it is installed, else asyncio's; "asyncio" forces asyncio's.
     loop: str = "auto"
     # Speech while the bot talks pauses its audio at once; this much stream time since the

@@ -8,22 +8,14 @@ a full queue made no difference measurable under uvloop, so the default stays.
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 from collections.abc import Coroutine
 from typing import Any
 
+from voicebot.common import event_loop
+from voicebot.common.event_loop import uvloop_available
 
-def uvloop_available() -> bool:
-    return importlib.util.find_spec("uvloop") is not None
+__all__ = ["run", "uvloop_available"]
 
 
 def run(main: Coroutine[Any, Any, None], loop: str) -> None:
-    if loop != "asyncio" and uvloop_available():
-        import uvloop
-
-        uvloop.run(main)
-        return
-    if loop == "uvloop":
-        raise SystemExit("GATEWAY_LOOP=uvloop but uvloop is not installed")
-    asyncio.run(main)
+    event_loop.run(main, loop, "GATEWAY_LOOP")

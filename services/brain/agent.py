@@ -282,19 +282,20 @@ class Agent:
                         yield self._blocked(turn, verdict)
                         return
                     passed.set()
-                    for event in held:
+                    for event in join_deltas(held):
                         yield event
                     held.clear()
                 if getter is not None and getter in done:
-                    item, getter = getter.result(), None
-                    if item is _END:
-                        ended = True
-                    elif isinstance(item, BaseException):
-                        raise item
-                    elif passed.is_set():
-                        yield item
-                    else:
-                        held.append(item)
+                    first, getter = getter.result(), None
+                    for item in join_deltas(_with_queued(first, events)):
+                        if item is _END:
+                            ended = True
+                        elif isinstance(item, BaseException):
+                            raise item
+                        elif passed.is_set():
+                            yield item
+                        else:
+                            held.append(item)
         finally:
             if getter is not None:
                 getter.cancel()
@@ -658,6 +659,32 @@ class Agent:
             await self.store.add_record(turn.request.user_id, turn.request.session_id, turn.record)
         except Exception:  # a lost record must not fail a turn
             log.exception("could not store the turn record")
+
+
+def _with_queued(first: Any, queue: asyncio.Queue) -> list[Any]:
+    """``first`` and everything queued behind it (taken without waiting)."""
+    items = [first]
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
+
+
+def _is_delta(item: Any) -> bool:
+    return isinstance(item, brain_pb2.RespondEvent) and item.WhichOneof("event") == "delta"
+
+
+def join_deltas(items: list[Any]) -> list[Any]:
+    """Text deltas that are already waiting go out as one message (order kept, nothing else
+    merged). Nothing waits to be merged: a delta goes out as soon as the stream takes it, and
+    the words the model made meanwhile follow together (an instant model's reply was one gRPC
+    message per word, brain -> gateway -> TTS)."""
+    out: list[Any] = []
+    for item in items:
+        if out and _is_delta(item) and _is_delta(out[-1]):
+            out[-1].delta.text += item.delta.text
+        else:
+            out.append(item)
+    return out
 
 
 def chunk_usage_seen(call_record: dict[str, Any]) -> bool:

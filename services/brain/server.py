@@ -22,6 +22,7 @@ from services.brain.profile import Profile, ProfileError, load_profile
 from services.brain.session_store import SessionStore
 from services.brain.toolbox import build_registry
 from services.brain.tools import ToolRegistry
+from voicebot.common import event_loop
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.common.metrics import REDIS_ERRORS
@@ -204,7 +205,7 @@ def main() -> None:
     setup_logging("brain", settings.log_level, settings.log_json)
     setup_tracing("brain")
     try:
-        asyncio.run(run(settings))
+        event_loop.run(run(settings), settings.loop, "BRAIN_LOOP")
     except ProfileError as exc:
         log.error("bad profile", extra={"error": str(exc)})
         raise SystemExit(f"brain: {exc}") from None

@@ -16,7 +16,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tests.conftest import INTERNAL_TOKEN
 from voicebot.common.config import ServiceSettings
 from voicebot.common.grpc_server import start_server
-from voicebot.common.internal_auth import InternalAuthError, internal_channel, internal_metadata
+from voicebot.common.internal_auth import (
+    InternalAuthError,
+    TokenStub,
+    internal_channel,
+    internal_metadata,
+    plain_channel,
+)
 from voicebot.devstack import ROOT
 
 pytestmark = pytest.mark.integration
@@ -64,6 +70,38 @@ async def test_a_call_with_the_token_reaches_the_service_with_its_other_metadata
     pairs = dict(seen)
     assert pairs["authorization"] == f"Bearer {INTERNAL_TOKEN}"
     assert pairs["traceparent"].startswith("00-111")  # the caller's metadata is kept
+
+
+class ProbeStub:
+    """What grpc_tools would generate for test.Probe (raw bytes in and out)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.Metadata = channel.unary_unary("/test.Probe/Metadata")
+        self.Echo = channel.stream_stream("/test.Probe/Echo")
+
+
+async def test_a_token_stub_adds_the_token_to_each_call_next_to_its_own_metadata(server):
+    trace = ("traceparent", "00-" + "1" * 32 + "-" + "2" * 16 + "-01")
+    async with plain_channel(server) as channel:
+        stub = TokenStub(ProbeStub(channel), INTERNAL_TOKEN)
+        seen = dict(json.loads(await stub.Metadata(b"", timeout=10, metadata=(trace,))))
+        bare = dict(json.loads(await stub.Metadata(b"", timeout=10)))
+        replies = [r async for r in stub.Echo(iter([b"one", b"two"]), timeout=10)]
+        # The channel itself adds nothing: the same call without the stub is refused.
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await ProbeStub(channel).Metadata(b"", timeout=10)
+    assert seen["authorization"] == bare["authorization"] == f"Bearer {INTERNAL_TOKEN}"
+    assert seen["traceparent"].startswith("00-111")
+    assert replies == [b"one", b"two"]
+    assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_token_stub_replaces_an_authorization_the_caller_passed(server):
+    async with plain_channel(server) as channel:
+        stub = TokenStub(ProbeStub(channel), INTERNAL_TOKEN)
+        seen = json.loads(await stub.Metadata(b"", timeout=10,
+                                              metadata=(("authorization", "Bearer forged-token-1234"),)))
+    assert [v for k, v in seen if k == "authorization"] == [f"Bearer {INTERNAL_TOKEN}"]
 
 
 @pytest.mark.parametrize("metadata", [(), (("authorization", "Bearer not-the-token-at-all"),),

@@ -23,6 +23,9 @@ class ServiceSettings(BaseSettings):
     log_json: bool = True
     # On SIGTERM, in-flight streams get this long to finish before they are cut.
     drain_seconds: float = 10.0
+    # The event loop (voicebot.common.event_loop): "auto" (uvloop when installed), "uvloop",
+    # "asyncio". Read by the services that call event_loop.run (the brain).
+    loop: str = "auto"
 
 
 class SharedSettings(BaseSettings):

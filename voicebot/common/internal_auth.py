@@ -11,6 +11,11 @@ channel), unless ``VOICEBOT_INTERNAL_AUTH=false`` says so explicitly: a
 missing Secret must not silently turn authentication off. ``make run`` and
 the tests' fixtures generate a token and pass it to every process they start.
 On Kubernetes, add mTLS in a service mesh on top (k8s/README.md, Trust).
+
+Two ways to add it on the client side: ``internal_channel`` (client interceptors, any call
+on the channel; for tools and tests) and ``TokenStub`` (the metadata passed with each call;
+the gateway's hot path). grpc.aio wraps every message of an intercepted streaming call in
+extra tasks and awaits; ``make bench-gateway``'s ``interceptor`` variant shows what that costs.
 """
 
 from __future__ import annotations
@@ -120,6 +125,39 @@ class _StreamStream(_AddsToken, grpc.aio.StreamStreamClientInterceptor):
 
 def token_interceptors(token: str) -> list[grpc.aio.ClientInterceptor]:
     return [kind(token) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)]
+
+
+class TokenStub:
+    """A generated stub whose every call carries the token, added to the call's own metadata.
+
+    ``TokenStub(stt_pb2_grpc.SpeechToTextStub(channel), token).StreamingRecognize(requests)``
+    is the stub's call with ``authorization`` next to whatever metadata the caller passes
+    (trace context). No interceptor: the call's messages go straight to grpc.aio.
+    """
+
+    def __init__(self, stub: Any, token: str | None) -> None:
+        self._stub = stub
+        self._header = (METADATA_KEY, bearer(token)) if token else None
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._stub, name)
+        header = self._header
+        if header is None:  # internal auth is off (said explicitly): the stub's own call
+            return method
+
+        def call(*args: Any, metadata: Any = None, **kwargs: Any) -> Any:
+            return method(*args, metadata=_with_token(metadata, header), **kwargs)
+
+        setattr(self, name, call)  # looked up once per method, not once per call
+        return call
+
+
+def plain_channel(addr: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+    """An insecure (plaintext) aio channel with ``RECONNECT_OPTIONS``, and no interceptors:
+    its calls carry the token only through ``TokenStub`` (or explicit metadata)."""
+    merged = dict(RECONNECT_OPTIONS)
+    merged.update(dict(options))
+    return grpc.aio.insecure_channel(addr, options=list(merged.items()))
 
 
 def internal_channel(addr: str, *, token: str | None = None,
