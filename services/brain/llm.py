@@ -56,9 +56,25 @@ class ChatFunction(Protocol):
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, stale: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.stale = stale
+
+
+# llama-server (cpp-httplib), vLLM and llama-cpp-python (uvicorn) close a keep-alive connection
+# after 5 s idle, httpx's own default: a request sent on a connection the server is closing at
+# that moment fails with "Server disconnected without sending a response" (make bench-v2v saw it
+# in one turn of four, each a 0.25 s backoff). Pooled connections expire well before that.
+KEEPALIVE_EXPIRY_S = 2.0
+
+
+def _stale_connection(exc: BaseException, answered: bool) -> bool:
+    """The server closed the connection before any answer (not a refused connect, not a
+    timeout): most likely a pooled connection it was timing out, so the request is sent again
+    at once on a new connection, without a backoff. A server that really went away refuses the
+    new connection, and the usual backoff follows."""
+    return not answered and isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError)
 
 
 _DONE = object()
@@ -95,7 +111,8 @@ class OpenAIChatClient:
         self.deadline_s = deadline_s
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._http = http or httpx.AsyncClient(
-            timeout=httpx.Timeout(first_token_timeout_s, connect=min(2.0, deadline_s))
+            timeout=httpx.Timeout(first_token_timeout_s, connect=min(2.0, deadline_s)),
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
         self._sleep = sleep
         self._clock = clock
@@ -129,7 +146,7 @@ class OpenAIChatClient:
     ) -> AsyncIterator[ChatChunk]:
         body = self.payload(messages, tools, max_tokens, response_format)
         give_up_at = self._clock() + self.deadline_s
-        delay = 0.25
+        delay, stale_retried = 0.25, False
         while True:
             yielded = False
             try:
@@ -141,6 +158,10 @@ class OpenAIChatClient:
                 # Once text reached the person we cannot take it back and retry.
                 if yielded:
                     raise LLMUnavailable(f"stream broke: {exc}") from exc
+                if exc.stale and not stale_retried:
+                    stale_retried = True
+                    log.info("llm connection was closed by the server; sending again")
+                    continue
                 wait = exc.retry_after if exc.retry_after is not None else delay
                 if self._clock() + wait >= give_up_at:
                     raise LLMUnavailable(str(exc)) from exc
@@ -202,9 +223,11 @@ class OpenAIChatClient:
     async def _stream_once(self, body: dict[str, Any], give_up_at: float) -> AsyncIterator[ChatChunk]:
         remaining = max(0.05, give_up_at - self._clock())
         timeout = httpx.Timeout(self.first_token_timeout_s, connect=min(2.0, remaining))
+        answered = False
         try:
             async with self._http.stream("POST", self.url, json=body, headers=self._headers,
                                          timeout=timeout) as resp:
+                answered = True
                 if resp.status_code == 429:
                     raise _Retryable("HTTP 429", retry_after=_retry_after(resp.headers.get("retry-after")))
                 if resp.status_code >= 500:
@@ -217,7 +240,7 @@ class OpenAIChatClient:
                     if chunk is not None:
                         yield chunk
         except (httpx.TransportError, httpx.TimeoutException) as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            raise _Retryable(f"{type(exc).__name__}: {exc}", stale=_stale_connection(exc, answered)) from exc
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -10,6 +10,7 @@ and asserted with margin for a loaded machine; the figures are printed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -198,3 +199,51 @@ async def test_redis_down_at_a_turns_start_is_heard_as_the_fallback_at_once(scri
     for chat in clients:
         await chat.aclose()
     await redis.aclose()
+
+
+class ClosesFirstConnection:
+    """Reads the first request and closes the connection without an answer, as a server does
+    with a keep-alive connection it is timing out; answers every later one."""
+
+    REPLY = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+             b'data: {"choices": [{"delta": {"content": "Hello."}}]}\n\ndata: [DONE]\n\n')
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            conn.recv(65536)
+            if self.connections > 1:
+                conn.sendall(self.REPLY)
+            conn.shutdown(socket.SHUT_WR)  # an orderly close (FIN), after the reply if any
+            conn.settimeout(2.0)
+            with contextlib.suppress(OSError):
+                while conn.recv(65536):
+                    pass
+            conn.close()
+
+
+async def test_a_connection_the_server_closed_is_sent_again_at_once_without_backoff():
+    server = ClosesFirstConnection()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    chat = OpenAIChatClient(f"http://127.0.0.1:{server.port}/v1", "m", deadline_s=2.0, sleep=sleep)
+    text = "".join([c.text async for c in chat([{"role": "user", "content": "hi"}])])
+    await chat.aclose()
+    server.sock.close()
+    assert text == "Hello." and server.connections == 2
+    assert waits == []  # no backoff: nothing had been processed
