@@ -84,7 +84,7 @@ class FasterWhisperEngine(SttEngine):
         cpu_threads: int = 2,
         workers: int = 1,
         beam_size: int = 1,
-        min_context_s: float = 10.0,
+        min_context_s: float = 5.0,
     ) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import _LANGUAGE_CODES
