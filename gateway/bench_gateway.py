@@ -56,13 +56,15 @@ VARIANTS = {
     # permessage-deflate, the token added by client interceptors.
     "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true",
                   "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true",
-                  "GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
+                  "GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0",
+                  "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
                   "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                   "GATEWAY_REPLY_PHRASE_CHARS": "1"},
     # One change back at a time.
     "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
     "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
-    "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0"},
+    "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0"},
+    "no-playback-batch": {"GATEWAY_STT_PLAYBACK_BATCH_MS": "0"},
     "interceptor": {"GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},
@@ -279,6 +281,9 @@ def start_backends(stack: Stack, guard: bool) -> tuple[dict[str, int], str, dict
         "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
         "BRAIN_LLM_BASE_URL": f"http://127.0.0.1:{llm.ready['http']}/v1", "BRAIN_LOG_LEVEL": "WARNING",
         "BRAIN_GUARD_ENABLED": "true" if guard else "false",
+        # The prefill after each reply warms a real server's prompt cache; the scripted LLM has
+        # none, so here it would only take CPU from the gateway on the same cores.
+        "BRAIN_PREFILL_AFTER_REPLY": "false",
     })
     pids = {"brain": brain.popen.pid, "fake_speech": speech.popen.pid, "fake_llm": llm.popen.pid}
     ports = {"stt": speech.ready["stt"], "tts": speech.ready["tts"], "brain": brain.ready["grpc"]}

@@ -316,13 +316,23 @@ class Call:
                             on_event=self._on_stt_event, on_ended=self._on_stt_ended,
                             on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
                             max_message_bytes=self.settings.stt_max_message_bytes,
-                            idle_batch_ms=self.settings.stt_idle_batch_ms, busy=self._busy,
+                            hold_ms=self._stt_hold_ms,
                             reconnected=lambda: self.upstreams.reconnected("stt"))
         return self._stt
 
-    def _busy(self) -> bool:
-        """An utterance is open or a reply is being made or heard: STT gets every frame at once."""
-        return self._utterance_open or (self.turn is not None and self.turn.audible(time.perf_counter()))
+    def _stt_hold_ms(self) -> int:
+        """How much audio may wait for one STT message now. None while an utterance is open
+        (the endpoint, partials and barge-in confirmation ride on every frame) or a reply is
+        being made and none of it was sent (speech then holds the reply back). While the reply
+        plays, or nothing happens, only the next onset waits on it: a barge-in then pauses the
+        playout that much later, which the caller does not hear (the client plays its lead
+        either way, and the interrupt comes with the confirmation, counted in stream time)."""
+        if self._utterance_open:
+            return 0
+        turn = self.turn
+        if turn is not None and turn.audible(time.perf_counter()):
+            return self.settings.stt_playback_batch_ms if turn.spoken.sent_ms > 0 else 0
+        return self.settings.stt_idle_batch_ms
 
     def _became_busy(self) -> None:
         if self._stt is not None:

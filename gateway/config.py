@@ -48,6 +48,9 @@ class GatewaySettings(BaseSettings):
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per
     # message (only the next onset waits on it); otherwise every frame goes at once. 0 = never hold.
     stt_idle_batch_ms: int = 100
+    # The same while the bot's reply plays (its first audio was sent; no utterance open): a
+    # barge-in's pause comes up to this much later, its confirmation and interrupt do not.
+    stt_playback_batch_ms: int = 100
     # permessage-deflate on the WebSocket: off, PCM does not compress and it costs CPU both ways.
     ws_per_message_deflate: bool = False
     # Concurrent sessions this process takes; more are refused (error `overloaded`, close 1013). 0 = no cap.

@@ -8,10 +8,10 @@ when that matters.
 
 Why hold audio while nothing happens: in the steady state the gateway writes each frame before
 the next one arrives, so there is nothing to merge. While no utterance is open and no reply is
-being made or heard, nothing waits on STT but the onset of the next utterance, so the link
-holds up to ``idle_batch_ms`` of audio per message there (a few tens of ms later
-``SpeechStarted`` costs nothing: the endpoint, partials and barge-in all happen with the
-utterance open, when every frame goes at once). The call says which state it is in.
+being made, nothing waits on STT but the onset of the next utterance, so the link holds some
+audio per message there (a few tens of ms later ``SpeechStarted`` costs nothing: the endpoint,
+partials and barge-in confirmation all happen with the utterance open, when every frame goes
+at once). The call says how much it may hold now (``hold_ms``).
 
 Why back off: a stream the STT refuses (``RESOURCE_EXHAUSTED``, its stream cap) or cannot
 serve (down, restarting) used to be reopened by the very next frame, 50 times a second, with
@@ -155,15 +155,14 @@ class SttLink:
                  on_ended: Callable[[], Awaitable[None]],
                  on_down: Callable[[grpc.StatusCode, str], Awaitable[None]],
                  max_frames: int, max_message_bytes: int, replay_ms: int = 600,
-                 idle_batch_ms: int = 0, busy: Callable[[], bool] = lambda: True,
+                 hold_ms: Callable[[], int] = lambda: 0,
                  backoff: Backoff | None = None,
                  reconnected: Callable[[], Awaitable[None]] | None = None) -> None:
         self._open, self._config = open_stream, config
         self._on_event, self._on_ended, self._on_down = on_event, on_ended, on_down
         self._bytes_per_ms = config.sample_rate * 2 / 1000
         self._replay_frames = max(0, replay_ms // 20)
-        self._idle_batch_bytes = int(idle_batch_ms * self._bytes_per_ms)
-        self._busy = busy  # an utterance is open or a reply is in flight: every frame goes at once
+        self._hold_ms = hold_ms  # how much audio may wait for a message now (0: every frame at once)
         self._backoff = backoff or Backoff()
         # Returns once the STT channel is connected again after being down (see ``_pause``).
         self._reconnected = reconnected
@@ -195,7 +194,7 @@ class SttLink:
         return True
 
     def wake(self) -> None:
-        """The call became busy: held audio goes now."""
+        """The call's state changed (an utterance, a reply): held audio goes now."""
         self.outbox.wake()
 
     def send_context(self, context: stt_pb2.UtteranceContext) -> None:
@@ -245,7 +244,7 @@ class SttLink:
                     yield stt_pb2.RecognizeRequest(utterance=item)
 
     def _hold_bytes(self) -> int:
-        return 0 if not self._idle_batch_bytes or self._busy() else self._idle_batch_bytes
+        return int(self._hold_ms() * self._bytes_per_ms)
 
     async def _run(self) -> None:
         attempt = 0

@@ -1,0 +1,46 @@
+"""The benchmarks' scripted LLM server (tests/fakes/llm_server.py) through the brain's real
+HTTP client: a stream of word deltas, the guard's verdict, keep-alive, the liveness probe."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from services.brain.llm import OpenAIChatClient
+from tests.fakes import llm_server
+
+
+async def _serve() -> tuple[asyncio.Server, str]:
+    server = await asyncio.get_running_loop().create_server(llm_server.ScriptedLLM, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+
+
+async def test_the_reply_streams_word_by_word_and_the_guard_allows():
+    server, url = await _serve()
+    client = OpenAIChatClient(url, "fake")
+    try:
+        for _ in range(2):  # the second request on the kept-alive connection
+            chunks = [c async for c in client([{"role": "system", "content": "You are a bot."},
+                                               {"role": "user", "content": "a table please"}])]
+            texts = [c.text for c in chunks if c.text]
+            assert "".join(texts) == llm_server.REPLY
+            assert len(texts) == len(llm_server.REPLY.split())
+            assert chunks[-1].usage == {"prompt_tokens": 10, "completion_tokens": len(texts)}
+        guard = [c.text async for c in client([{"role": "system", "content": "You screen calls for x."},
+                                               {"role": "user", "content": "hi"}])]
+        assert "".join(guard) == "ALLOW"
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_health_answers_and_unknown_paths_are_not_found():
+    server, url = await _serve()
+    try:
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(url.removesuffix("/v1") + "/health")).status_code == 200
+            assert (await http.get(url + "/models")).json()["data"][0]["id"] == "fake"
+            assert (await http.post(url + "/embeddings", json={})).status_code == 404
+    finally:
+        server.close()
