@@ -54,6 +54,7 @@ from services.brain.metrics import (
     LOOP_STOPS,
 )
 from services.brain.policy import Continue, Reply, RunPending, decide
+from services.brain.prefill import WordsPrefill, key_of
 from services.brain.profile import Profile
 from services.brain.prompts import system_prompt
 from services.brain.references import References, UnknownReference
@@ -141,6 +142,7 @@ class Agent:
         self.clock = clock
         self.system = system_prompt(self.profile)
         self.empty_state = state_text(SessionState().model_view())
+        self.words_prefill = WordsPrefill(self._prime_words, settings.prefill_on_words_max)
         self._background: set[asyncio.Task] = set()
 
     async def warm_up(self) -> None:
@@ -164,6 +166,12 @@ class Agent:
                       committed: asyncio.Event | None = None) -> AsyncIterator[brain_pb2.RespondEvent]:
         """One turn. ``committed``: a turn started before the endpoint (preemptive) streams its
         text at once, but its tools and writes wait, and nothing is stored, until it is set."""
+        with self.words_prefill.turn(key_of(request)):  # a prefill never competes with the turn
+            async for event in self._respond(request, committed):
+                yield event
+
+    async def _respond(self, request: brain_pb2.RespondRequest,
+                       committed: asyncio.Event | None) -> AsyncIterator[brain_pb2.RespondEvent]:
         if committed is None:
             committed = asyncio.Event()
             committed.set()
@@ -458,15 +466,8 @@ class Agent:
         for index in range(self.limits.max_llm_calls):
             last = index == self.limits.max_llm_calls - 1 or turn.stop is not None
             use_tools = len(self.tools) > 0 and not last
-            if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
-                call = dict(turn.request.session_context)
-                turn.context = state_block(state_text(turn.state.model_view(turn.note, call)),
-                                           self.empty_state, turn.history.turns,
-                                           self.settings.recent_turns, self.settings.history_turns)
             instruction = ANSWER_NOW if not use_tools and turn.steps else ""
-            messages = build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
-                                      turn.context, self.settings.recent_turns, self.settings.history_turns,
-                                      instruction)
+            messages = self._prompt(turn, instruction)
             outcome = await self._call_llm(turn, messages, use_tools, events)
             if outcome is None or not outcome[1] or last:
                 return
@@ -479,6 +480,16 @@ class Agent:
                 return  # code speaks next: the read-back, or "I can't check right now"
         if turn.stop is None:
             turn.stop = "llm_calls"
+
+    def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
+        if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
+            call = dict(turn.request.session_context)
+            turn.context = state_block(state_text(turn.state.model_view(turn.note, call)),
+                                       self.empty_state, turn.history.turns,
+                                       self.settings.recent_turns, self.settings.history_turns)
+        return build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
+                              turn.context, self.settings.recent_turns, self.settings.history_turns,
+                              instruction)
 
     async def _call_llm(self, turn: TurnRun, messages: list[dict[str, Any]], use_tools: bool,
                         events: asyncio.Queue) -> tuple[str, list[ToolCall]] | None:
@@ -648,10 +659,25 @@ class Agent:
                                     self.settings.history_turns)
         # (The guard's prompt is the same every time: it stays cached in its own slot.)
         try:
-            async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
-                pass
+            await self._prime(messages)
         except (LLMUnavailable, LLMRequestError) as exc:
             log.info("prefill after the reply failed", extra={"error": str(exc)})
+
+    async def _prime(self, messages: list[dict[str, Any]]) -> None:
+        async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
+            pass
+
+    async def _prime_words(self, request: brain_pb2.RespondRequest) -> None:
+        """``Brain.Prefill``: the first prompt (and guard check) a turn on these words would
+        send, built the way the turn builds it, so the turn's prompt starts with its tokens."""
+        history = await asyncio.wait_for(self.store.load(request.user_id, request.session_id),
+                                         self.settings.history_load_timeout_s)
+        history.state.start_turn()
+        turn = TurnRun(request, history, self.clock(), record={})
+        primes = [self._prime(self._prompt(turn))]
+        if self.guard is not None and not self._skips_guard(turn):
+            primes.append(self.guard.prefill(request.text))
+        await asyncio.gather(*primes)
 
     async def _store_record(self, turn: TurnRun, outcome: str) -> None:
         turn.record.update(outcome=outcome, ms=round((self.clock() - turn.started) * 1000))

@@ -52,6 +52,9 @@ class BrainSettings(ServiceSettings):
     mcp_connect_wait_s: float = 30.0
     # After each reply, have the LLM server cache the next prompt's prefix while the caller listens.
     prefill_after_reply: bool = True
+    # Brain.Prefill (the caller's words so far, from interim transcripts): at most this many
+    # run at once across sessions; 0 turns it off.
+    prefill_on_words_max: int = 4
     # At start, prefill the fixed prompt start (and the guard's) before serving.
     warm_up_timeout_s: float = 90.0
     redis_url: str = "redis://127.0.0.1:6379/0"

@@ -63,8 +63,7 @@ class TopicGuard:
 
     async def _check(self, text: str) -> GuardVerdict:
         started = time.perf_counter()
-        messages = [{"role": "system", "content": self.system},
-                    {"role": "user", "content": f"Caller said: {text}"}]
+        messages = self.messages(text)
         try:
             answer = await asyncio.wait_for(self._ask(messages), self.timeout_s)
         except (LLMUnavailable, LLMRequestError, TimeoutError) as exc:
@@ -72,6 +71,14 @@ class TopicGuard:
             return self._verdict(True, "guard unavailable", started)
         blocked = "BLOCK" in answer.upper() and "ALLOW" not in answer.upper()
         return self._verdict(not blocked, answer.strip()[:20] or "empty", started)
+
+    def messages(self, text: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system},
+                {"role": "user", "content": f"Caller said: {text}"}]
+
+    async def prefill(self, text: str) -> None:
+        """Have the LLM server cache this check's prompt while the caller is still speaking."""
+        await self._ask(self.messages(text), max_tokens=1)
 
     async def _ask(self, messages, max_tokens: int = 3) -> str:
         parts: list[str] = []

@@ -44,8 +44,9 @@ MAX_CONTEXT_ENTRIES = 20
 MAX_CONTEXT_CHARS = 200
 
 
-def validate(request: brain_pb2.RespondRequest) -> str | None:
-    for name in ("session_id", "turn_id", "user_id"):
+def validate(request: brain_pb2.RespondRequest, ids_required=("session_id", "turn_id", "user_id")
+             ) -> str | None:
+    for name in ids_required:
         if not getattr(request, name):
             return f"{name} is required"
     if not request.text.strip():
@@ -82,6 +83,14 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
             log.error("session store unavailable", extra={"error": repr(exc)})
             await context.abort(grpc.StatusCode.UNAVAILABLE, "session store unavailable")
 
+
+    async def Prefill(self, request: brain_pb2.RespondRequest,
+                      context: grpc.aio.ServicerContext) -> brain_pb2.PrefillResult:
+        """The caller's words so far: cached on the LLM server in the background (prefill.py)."""
+        problem = validate(request, ids_required=("session_id", "user_id"))
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        return brain_pb2.PrefillResult(started=self.agent.words_prefill.start(request))
 
     async def Converse(self, requests: AsyncIterator[brain_pb2.ConverseRequest],
                        context: grpc.aio.ServicerContext):

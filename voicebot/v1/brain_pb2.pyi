@@ -6,6 +6,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class PrefillResult(_message.Message):
+    __slots__ = ("started",)
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    started: bool
+    def __init__(self, started: _Optional[bool] = ...) -> None: ...
+
 class Commit(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -46,6 +46,11 @@ class BrainStub:
                 request_serializer=voicebot_dot_v1_dot_brain__pb2.ConverseRequest.SerializeToString,
                 response_deserializer=voicebot_dot_v1_dot_brain__pb2.RespondEvent.FromString,
                 _registered_method=True)
+        self.Prefill = channel.unary_unary(
+                '/voicebot.v1.Brain/Prefill',
+                request_serializer=voicebot_dot_v1_dot_brain__pb2.RespondRequest.SerializeToString,
+                response_deserializer=voicebot_dot_v1_dot_brain__pb2.PrefillResult.FromString,
+                _registered_method=True)
 
 
 class BrainServicer:
@@ -70,6 +75,17 @@ class BrainServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prefill(self, request, context):
+        """The caller is still speaking: have the LLM server cache the prompt a turn on
+        these words (an interim transcript; `turn_id` may be empty) would send, so
+        that at the endpoint only the last words are new to it. It answers at once
+        and works in the background; it runs no tool, stores nothing and answers
+        nothing; the session's next turn (or a newer prefill) cancels it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrainServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -82,6 +98,11 @@ def add_BrainServicer_to_server(servicer, server):
                     servicer.Converse,
                     request_deserializer=voicebot_dot_v1_dot_brain__pb2.ConverseRequest.FromString,
                     response_serializer=voicebot_dot_v1_dot_brain__pb2.RespondEvent.SerializeToString,
+            ),
+            'Prefill': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prefill,
+                    request_deserializer=voicebot_dot_v1_dot_brain__pb2.RespondRequest.FromString,
+                    response_serializer=voicebot_dot_v1_dot_brain__pb2.PrefillResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -140,6 +161,33 @@ class Brain:
             '/voicebot.v1.Brain/Converse',
             voicebot_dot_v1_dot_brain__pb2.ConverseRequest.SerializeToString,
             voicebot_dot_v1_dot_brain__pb2.RespondEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prefill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/voicebot.v1.Brain/Prefill',
+            voicebot_dot_v1_dot_brain__pb2.RespondRequest.SerializeToString,
+            voicebot_dot_v1_dot_brain__pb2.PrefillResult.FromString,
             options,
             channel_credentials,
             insecure,
