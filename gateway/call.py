@@ -40,6 +40,7 @@ from gateway.metrics import (
 )
 from gateway.playout import Playout
 from gateway.preemptive import EarlyReply
+from gateway.prefill import WordsPrefiller
 from gateway.protocol import (
     InputText,
     PlaybackPosition,
@@ -151,6 +152,7 @@ class Call:
         # went out (they went on speaking): it leads the next turn's text.
         self._unanswered: str | None = None
         self._early: EarlyReply | None = None  # a reply started on the speculative transcript
+        self._prefiller = WordsPrefiller(upstreams)
         # The call's metadata for the brain (a phone bridge's custom parameters), shown to the
         # model as data; never the user id, which comes from auth alone.
         self.session_context: dict[str, str] = {}
@@ -399,6 +401,8 @@ class Call:
         if not final:
             if ev.transcript.speculative:
                 self._start_early(ev.utterance_index, text)
+            else:
+                self._prefill_words(text)
             if text:
                 await self.send_event("transcript.partial", turn_id="", text=text)
             return
@@ -499,6 +503,19 @@ class Call:
     def _runner(self, turn: ActiveTurn) -> TurnRunner:
         return TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s,
                           self.settings.reply_phrase_chars)
+
+    def _prefill_words(self, text: str) -> None:
+        """An interim transcript while no reply is in the air: the brain caches the prompt a
+        turn on these words would send (gateway/prefill.py)."""
+        now = time.perf_counter()
+        if (not self.settings.prefill_words or not has_words(text) or self.session is None
+                or self.session_id is None
+                or (self.turn is not None and (self.turn.audible(now) or not self.turn.task.done()))):
+            return
+        words = f"{self._unanswered} {text}" if self._unanswered else text
+        self._prefiller.send(brain_pb2.RespondRequest(
+            session_id=self.session_id, user_id=self.user_id, text=words, language=self.session.language,
+            previous_reply=self.previous_reply, session_context=self.session_context))
 
     def _start_early(self, utterance: int, text: str) -> None:
         """A speculative transcript: start the brain on it now, unless a reply is still in the
@@ -642,6 +659,7 @@ class Call:
             await self.send_event("interrupt", turn_id=turn.turn_id)
 
     async def close(self) -> None:
+        await self._prefiller.close()
         if self._early is not None:
             self._early.discard()
             self._early = None

@@ -43,6 +43,9 @@ class GatewaySettings(BaseSettings):
     # Start the brain on the STT's speculative transcript (a short pause) and commit it when the
     # final has the same words; held back, and discarded otherwise (gateway/preemptive.py).
     preemptive: bool = True
+    # Send each interim transcript to Brain.Prefill while the caller speaks (no reply in the air),
+    # so the LLM server has the turn's prompt cached up to the last words (gateway/prefill.py).
+    prefill_words: bool = True
     # Audio frames already waiting for the STT stream go out merged, up to this many bytes.
     stt_max_message_bytes: int = 64_000
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per

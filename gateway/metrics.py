@@ -10,6 +10,9 @@ TURNS = Counter("voicebot_turns_total", "Turns by outcome", ["outcome"])
 PREEMPTIVE = Counter("voicebot_gateway_preemptive_replies_total",
                      "Replies started on the speculative transcript, by outcome (started, committed, "
                      "discarded)", ["outcome"])
+PREFILLS = Counter("voicebot_gateway_prefills_total",
+                   "The caller's words so far sent to Brain.Prefill, by outcome (started, refused, failed)",
+                   ["outcome"])
 BARGE_INS = Counter("voicebot_barge_ins_total", "Bot replies interrupted by the person")
 BARGE_IN_FALSE_STARTS = Counter(
     "voicebot_barge_in_false_starts_total",

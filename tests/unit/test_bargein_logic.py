@@ -186,7 +186,12 @@ class FakeCall:
 class FakeBrain:
     def __init__(self, think_s: float = 0.0) -> None:
         self.requests: list[brain_pb2.RespondRequest] = []
+        self.prefills: list[brain_pb2.RespondRequest] = []
         self.think_s = think_s
+
+    async def Prefill(self, request, timeout=None, metadata=None):
+        self.prefills.append(request)
+        return brain_pb2.PrefillResult(started=True)
 
     def Respond(self, request, timeout=None, metadata=None):
         self.requests.append(request)

@@ -107,6 +107,39 @@ async def test_no_start_while_the_bot_is_still_speaking():
     await call.close()
 
 
+async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air():
+    brain = ConverseBrain()
+    call, _ws = make_call(brain, FakeTts())
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
+    await call._on_stt_event(transcript(0, "Do you have vegetarian", 1000, 1800, final=False))
+    await until(lambda: [r.text for r in brain.prefills][-1:] == ["Do you have vegetarian"])
+    sent = brain.prefills[-1]
+    assert (sent.session_id, sent.user_id, sent.turn_id) == ("s_test", "alice", "")
+    assert brain.requests == [] and brain.early == []  # a prefill is not a turn
+    await call.close()
+
+
+async def test_no_prefill_while_the_bot_is_speaking():
+    brain = ConverseBrain()
+    call, ws = make_call(brain, FakeTts(audio_ms=3000))
+    call._start_turn("Tell me about the menu", _timings())
+    await until(lambda: ws.kinds()[-1:] == ["audio"])
+    await call._on_stt_event(transcript(1, "Wait, what about", 5000, 5400, final=False))
+    await asyncio.sleep(0.05)
+    assert brain.prefills == []  # perhaps a barge-in, perhaps the bot's own echo
+    await call.close()
+
+
+async def test_prefill_is_off_when_the_setting_says_so():
+    brain = ConverseBrain()
+    call, _ws = make_call(brain, FakeTts(), prefill_words=False)
+    await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
+    await asyncio.sleep(0.05)
+    assert brain.prefills == []
+    await call.close()
+
+
 def test_same_words_ignores_case_and_punctuation():
     assert same_words("When do you open?", "when do you open")
     assert not same_words("Do you have part?", "Do you have parking?")
