@@ -45,7 +45,11 @@ class GatewaySettings(BaseSettings):
     preemptive: bool = True
     # Send each interim transcript to Brain.Prefill while the caller speaks (no reply in the air),
     # so the LLM server has the turn's prompt cached up to the last words (gateway/prefill.py).
-    prefill_words: bool = True
+    # Off by default: on two shared cores (make bench-v2v, 2026-12-01) the prefills competed
+    # with STT's interim decodes during speech, and a prefill batch still running at the
+    # endpoint (llama.cpp cannot stop it mid-batch) delayed the turn: p50 went up, not down. For
+    # an LLM with cores (or a GPU) of its own, where the caller's speech time is idle time.
+    prefill_words: bool = False
     # Audio frames already waiting for the STT stream go out merged, up to this many bytes.
     stt_max_message_bytes: int = 64_000
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per

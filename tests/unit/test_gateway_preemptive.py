@@ -109,7 +109,7 @@ async def test_no_start_while_the_bot_is_still_speaking():
 
 async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air():
     brain = ConverseBrain()
-    call, _ws = make_call(brain, FakeTts())
+    call, _ws = make_call(brain, FakeTts(), prefill_words=True)
     await call._on_stt_event(speech_started(0, onset_ms=1000))
     await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
     await call._on_stt_event(transcript(0, "Do you have vegetarian", 1000, 1800, final=False))
@@ -122,7 +122,7 @@ async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air()
 
 async def test_no_prefill_while_the_bot_is_speaking():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts(audio_ms=3000))
+    call, ws = make_call(brain, FakeTts(audio_ms=3000), prefill_words=True)
     call._start_turn("Tell me about the menu", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
     await call._on_stt_event(transcript(1, "Wait, what about", 5000, 5400, final=False))
@@ -131,9 +131,9 @@ async def test_no_prefill_while_the_bot_is_speaking():
     await call.close()
 
 
-async def test_prefill_is_off_when_the_setting_says_so():
+async def test_prefill_is_off_by_default():
     brain = ConverseBrain()
-    call, _ws = make_call(brain, FakeTts(), prefill_words=False)
+    call, _ws = make_call(brain, FakeTts())
     await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
     await asyncio.sleep(0.05)
     assert brain.prefills == []
