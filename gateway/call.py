@@ -582,11 +582,17 @@ class Call:
                     timings: TurnTimings, transcribed: bool, early: EarlyReply | None = None) -> str:
         await self._end_previous(previous)
         request.previous_reply, self.previous_reply = self.previous_reply, None
-        if transcribed:
-            await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
         runner = self._runner(turn)
+        # The brain starts before transcript.final goes out (no reply.delta can precede it: the
+        # call's events are read only in runner.run).
+        brain_call = early.commit() if early is not None else runner.start_brain(request, timings)
         try:
-            brain_call = early.commit() if early is not None else None
+            if transcribed:
+                await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
+        except BaseException:
+            brain_call.cancel()  # interrupted before the turn could take the call
+            raise
+        try:
             reply = await runner.run(request, timings, turn.spoken, turn.playout, brain_call)
         except asyncio.CancelledError:
             TURNS.labels("interrupted").inc()

@@ -117,18 +117,12 @@ class TurnRunner:
         after a failure the playout is neither ended nor stopped (no ``audio.end``): the
         caller says what failed and then speaks a fallback on the same turn.
         """
-        timings.brain_request = time.perf_counter()
-        # ``brain_call``: a reply already started before the endpoint and now committed
-        # (gateway/preemptive.py); its first words may be waiting in the call already.
-        brain_call = brain_call or self.upstreams.brain.Respond(
-            brain_pb2.RespondRequest(
-                session_id=req.session_id, turn_id=req.turn_id, user_id=req.user_id,
-                text=req.text, language=req.language, previous_reply=req.previous_reply,
-                session_context=req.context or {},
-            ),
-            timeout=self.timeout_s,
-            metadata=outgoing_metadata(),  # the turn's trace continues in the brain
-        )
+        # ``brain_call``: one ``start_brain`` made, or a reply already started before the endpoint
+        # and now committed (gateway/preemptive.py); its first words may be waiting in it already.
+        if brain_call is None:
+            brain_call = self.start_brain(req, timings)
+        elif timings.brain_request is None:
+            timings.brain_request = time.perf_counter()
         texts: asyncio.Queue[str | None] = asyncio.Queue()
 
         async def tts_requests():
@@ -155,6 +149,19 @@ class TurnRunner:
             brain_call.cancel()
             tts_call.cancel()
         return "".join(reply)
+
+    def start_brain(self, req: TurnRequest, timings: TurnTimings):
+        """The brain's call for the turn, sent now (``run`` takes it); cancel it if ``run`` never does."""
+        timings.brain_request = time.perf_counter()
+        return self.upstreams.brain.Respond(
+            brain_pb2.RespondRequest(
+                session_id=req.session_id, turn_id=req.turn_id, user_id=req.user_id,
+                text=req.text, language=req.language, previous_reply=req.previous_reply,
+                session_context=req.context or {},
+            ),
+            timeout=self.timeout_s,
+            metadata=outgoing_metadata(),  # the turn's trace continues in the brain
+        )
 
     async def _pump_brain(self, call, turn_id: str, texts: asyncio.Queue, timings: TurnTimings,
                           reply: list[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -103,9 +104,14 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
         reader = asyncio.create_task(_read_commit(requests, committed, ended))
         turn = aiter(self.Respond(first.start, context, committed))
         step: asyncio.Future | None = None
+        # Every step of the turn runs in this one context: the span Respond makes current is
+        # attached in one step and detached in another (OpenTelemetry cannot detach a context
+        # attached in a different one: "Failed to detach context" on every discarded turn).
+        steps = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                step = asyncio.ensure_future(anext(turn))
+                step = loop.create_task(anext(turn), context=steps)
                 discarded = asyncio.ensure_future(_discarded(committed, ended))
                 done, _ = await asyncio.wait({step, discarded}, return_when=asyncio.FIRST_COMPLETED)
                 discarded.cancel()
@@ -125,7 +131,7 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
                 with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
                     await step
             with contextlib.suppress(RuntimeError):  # a generator a cancelled step left running
-                await turn.aclose()
+                await loop.create_task(turn.aclose(), context=steps)  # its span ends where it began
 
 
 async def _read_commit(requests: AsyncIterator[brain_pb2.ConverseRequest], committed: asyncio.Event,
