@@ -13,8 +13,8 @@ The server: ``scripts/bootstrap.sh`` builds ``llama-server`` once from the llama
 sources vendored in the llama-cpp-python sdist (``LLAMA_CPP_PYTHON_VERSION``) into
 ``~/.cache/voicebot/bin/llama-server-<version>`` (``LLM_SERVER_BIN`` names any other
 build). It runs ``SLOTS`` slots with continuous batching: the main reply keeps its
-prompt in slot ``MAIN_SLOT``, the guard sends ``"id_slot": GUARD_SLOT`` and a one-word
-grammar, so neither evicts the other's cached prefix. Without the binary the
+prompt in slot ``MAIN_SLOT``, the guard sends ``"id_slot": GUARD_SLOT``, and the brain's side
+calls (the yes/no classifier) ``SIDE_SLOT``, so none evicts another's cached prefix. Without the binary the
 llama-cpp-python server is the fallback (one sequence at a time, no slots).
 """
 
@@ -33,9 +33,10 @@ MODEL_ALIAS = "voicebot-llm"
 # The llama.cpp the native server is built from: the sources vendored in this sdist
 # (scripts/bootstrap.sh keeps the same version; a test checks the two agree).
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
-SLOTS = 2
+SLOTS = 3
 MAIN_SLOT = 0
 GUARD_SLOT = 1
+SIDE_SLOT = 2  # short side calls (the yes/no classifier), so they evict neither prompt
 # The guard's verdict, one of two words; a grammar makes it one short, always parseable answer.
 GUARD_GRAMMAR = 'root ::= "ALLOW" | "BLOCK"'
 
@@ -108,6 +109,12 @@ def guard_request_fields(grammar: bool = False) -> dict[str, object]:
     if grammar:
         fields["grammar"] = GUARD_GRAMMAR
     return fields
+
+
+def side_request_fields() -> dict[str, object]:
+    """Extra fields of the brain's side calls (the confirmation classifier): a slot of their
+    own, so the session's cached prompt stays in the main slot."""
+    return {"id_slot": SIDE_SLOT, "cache_prompt": True}
 
 
 def server_binary() -> Path | None:

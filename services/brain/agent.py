@@ -125,11 +125,15 @@ class Agent:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         profile: Profile | None = None,
         hooks: DomainHooks | None = None,
+        side_chat: ChatFunction | None = None,
     ) -> None:
         self.settings = settings
         self.profile = profile or Profile()
         self.sentences = self.profile.sentences
         self.chat = chat
+        # Short side calls (the yes/no classifier), on a slot of their own where the server has
+        # slots, so the session's cached prompt is not evicted by them.
+        self.side_chat = side_chat or chat
         self.store = store
         self.references = References(self.profile.references, self.profile.hidden_fields)
         self.tools = tools or ToolRegistry()
@@ -430,7 +434,7 @@ class Agent:
         """Structured-output call, only when the rules could not tell yes from no."""
         parts: list[str] = []
         try:
-            async for chunk in self.chat(confirmation_prompt(read_back, reply), max_tokens=20,
+            async for chunk in self.side_chat(confirmation_prompt(read_back, reply), max_tokens=20,
                                          response_format={"type": "json_schema", "json_schema": {
                                              "name": "confirmation", "schema": CONFIRMATION_SCHEMA}}):
                 parts.append(chunk.text)

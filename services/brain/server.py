@@ -172,10 +172,15 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) 
         clients.append(guard_chat)
         guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
                            profile.guard.block)
+    side_chat = None
+    if settings.side_extra_body:
+        side_chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature,
+                                settings.side_extra_body)
+        clients.append(side_chat)
     redis = connect_redis(settings.redis_url)  # bounded reconnects, password, health checks
     store = SessionStore(redis, settings.session_ttl_s)
     agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile,
-                  hooks=load_hooks(profile.hooks, profile))
+                  hooks=load_hooks(profile.hooks, profile), side_chat=side_chat)
     return agent, clients, redis
 
 

@@ -430,3 +430,20 @@ async def test_a_broken_tag_written_by_the_model_is_never_read_aloud(brain):
     llm.script = lambda _b: "<tools</tools"
     events = await run(make(with_tools=False), request("An appointment please"))
     assert "<" not in spoken(events) and spoken(events) == Profile().sentences.fallback
+
+
+async def test_the_yes_no_classifier_goes_to_the_side_client_not_the_main_slot(redis_url, scripted_llm):
+    """On llama-server the main client is pinned to the session's slot: a classifier call there
+    would evict the session's cached prompt, so it has a client (a slot) of its own."""
+    redis = aioredis.Redis.from_url(redis_url)
+    settings = BrainSettings(llm_base_url=scripted_llm.base_url)
+    main = OpenAIChatClient(settings.llm_base_url, "m", extra_body={"id_slot": 0})
+    side = OpenAIChatClient(settings.llm_base_url, "m", extra_body={"id_slot": 2})
+    agent = Agent(settings, main, SessionStore(redis, 60), side_chat=side)
+    scripted_llm.script = lambda _b: '{"decision": "yes"}'
+    await agent._classify("To confirm: a table for two. Shall I go ahead?", "I suppose that works")
+    [body] = scripted_llm.requests
+    assert body["id_slot"] == 2 and "response_format" in body
+    await main.aclose()
+    await side.aclose()
+    await redis.aclose()

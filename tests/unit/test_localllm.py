@@ -37,22 +37,23 @@ def fake_binary(tmp_path, monkeypatch):
     return binary, gguf
 
 
-def test_native_command_is_one_server_with_two_slots_on_every_core(fake_binary):
+def test_native_command_is_one_server_with_three_slots_on_every_core(fake_binary):
     binary, gguf = fake_binary
     argv = localllm.server_command("127.0.0.1", 4321, n_ctx=4096, threads=2)
     assert argv[0] == str(binary) and localllm.is_native(argv)
     f = flags(argv)
     assert f["--model"] == str(gguf) and f["--alias"] == "voicebot-llm"
     assert f["--host"] == "127.0.0.1" and f["--port"] == "4321"
-    # Two slots of 4096 tokens each: the main reply's prompt and the guard's.
-    assert f["--parallel"] == str(localllm.SLOTS) == "2" and f["--ctx-size"] == "8192"
+    # Three slots of 4096 tokens each: the main reply's prompt, the guard's, the side calls'.
+    assert f["--parallel"] == str(localllm.SLOTS) == "3" and f["--ctx-size"] == "12288"
     assert f["--threads"] == "2" and f["--threads-batch"] == "2"
     assert f["--cache-reuse"] == "256" and f["--cache-ram"] == "1024"
     for switch in ("--jinja", "--cont-batching", "--metrics", "--no-webui"):
         assert switch in f and f[switch] is None, switch
-    # The guard's slot must exist, and differ from the main reply's.
-    assert 0 <= localllm.MAIN_SLOT < localllm.SLOTS and 0 <= localllm.GUARD_SLOT < localllm.SLOTS
-    assert localllm.MAIN_SLOT != localllm.GUARD_SLOT
+    # Each kind of call has a slot of its own: none evicts another's cached prompt.
+    slots = (localllm.MAIN_SLOT, localllm.GUARD_SLOT, localllm.SIDE_SLOT)
+    assert all(0 <= slot < localllm.SLOTS for slot in slots) and len(set(slots)) == 3
+    assert localllm.side_request_fields()["id_slot"] == localllm.SIDE_SLOT
 
 
 def test_llm_server_bin_names_any_build(fake_binary, tmp_path, monkeypatch):
