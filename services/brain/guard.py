@@ -4,12 +4,18 @@ It answers one word, ALLOW or BLOCK. Anything it does not clearly block
 passes (ambiguous and borderline questions must get through), and so does a
 guard that fails or is slow past its timeout: the guard protects the domain,
 it must never take the call down.
+
+"Clearly" is a number where the server reports token probabilities (llama-server,
+vLLM): the turn is blocked when P(BLOCK) among the first token's ALLOW/BLOCK
+alternatives is above ``block_above`` (the profile's ``guard.block_above``). A server
+without them is judged by the word it wrote.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -19,6 +25,7 @@ from voicebot.common.telemetry import tracer
 
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
+TOP_LOGPROBS = 5  # of the verdict's first token: enough to hold both ALLOW and BLOCK
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,7 @@ class GuardVerdict:
     allowed: bool
     reason: str
     seconds: float
+    p_block: float | None = None  # when the server reported token probabilities
 
 
 def guard_prompt(purpose: str, allow: list[str] | tuple[str, ...] = (),
@@ -42,13 +50,27 @@ def guard_prompt(purpose: str, allow: list[str] | tuple[str, ...] = (),
     )
 
 
+def block_probability(alternatives: list[tuple[str, float]]) -> float | None:
+    """P(BLOCK) given ALLOW or BLOCK, from the first token's alternatives (tokenizers split the
+    words differently: "BL"+"OCK" or "BLOCK"); None when neither word is among them."""
+    def mass(prefix: str) -> float:
+        return sum(math.exp(logprob) for token, logprob in alternatives
+                   if token.strip().upper()[:2] == prefix)
+
+    allow, block = mass("AL"), mass("BL")
+    return block / (allow + block) if allow + block > 0 else None
+
+
 class TopicGuard:
     def __init__(self, chat: ChatFunction, purpose: str, timeout_s: float = 4.0,
                  allow: list[str] | tuple[str, ...] = (),
-                 block: list[str] | tuple[str, ...] = ("writing code", "homework", "politics")) -> None:
+                 block: list[str] | tuple[str, ...] = ("writing code", "homework", "politics"),
+                 block_above: float = 0.5) -> None:
         self.chat = chat
         self.system = guard_prompt(purpose, allow, block)
         self.timeout_s = timeout_s
+        self.block_above = block_above
+        self.ask_probabilities = True
 
     async def check(self, text: str) -> GuardVerdict:
         """The caller's words alone. What the assistant said before is left out on purpose:
@@ -65,10 +87,15 @@ class TopicGuard:
         started = time.perf_counter()
         messages = self.messages(text)
         try:
-            answer = await asyncio.wait_for(self._ask(messages), self.timeout_s)
+            answer, alternatives = await asyncio.wait_for(self._ask(messages), self.timeout_s)
         except (LLMUnavailable, LLMRequestError, TimeoutError) as exc:
             log.warning("guard unavailable; letting the turn through", extra={"error": repr(exc)})
             return self._verdict(True, "guard unavailable", started)
+        p_block = block_probability(alternatives) if alternatives else None
+        if p_block is not None:
+            blocked = p_block > self.block_above
+            return self._verdict(not blocked, f"{'BLOCK' if blocked else 'ALLOW'} p={p_block:.2f}", started,
+                                 p_block)
         blocked = "BLOCK" in answer.upper() and "ALLOW" not in answer.upper()
         return self._verdict(not blocked, answer.strip()[:20] or "empty", started)
 
@@ -80,14 +107,31 @@ class TopicGuard:
         """Have the LLM server cache this check's prompt while the caller is still speaking."""
         await self._ask(self.messages(text), max_tokens=1)
 
-    async def _ask(self, messages, max_tokens: int = 3) -> str:
+    async def _ask(self, messages, max_tokens: int = 3) -> tuple[str, list[tuple[str, float]]]:
+        """The words written, and the first token's alternatives (empty when not reported)."""
+        if self.ask_probabilities:
+            try:
+                return await self._stream(messages, max_tokens, TOP_LOGPROBS)
+            except LLMRequestError as exc:
+                # A server that refuses the fields (llama-cpp-python without logits_all): from
+                # now on the written word decides, rather than the guard failing open every time.
+                log.warning("the guard's LLM server refuses logprobs; judging by the word",
+                            extra={"error": str(exc)})
+                self.ask_probabilities = False
+        return await self._stream(messages, max_tokens, None)
+
+    async def _stream(self, messages, max_tokens: int,
+                      top_logprobs: int | None) -> tuple[str, list[tuple[str, float]]]:
         parts: list[str] = []
-        async for chunk in self.chat(messages, max_tokens=max_tokens):
+        alternatives: list[tuple[str, float]] = []
+        async for chunk in self.chat(messages, max_tokens=max_tokens, top_logprobs=top_logprobs):
             parts.append(chunk.text)
-        return "".join(parts)
+            if chunk.top_logprobs and not alternatives:
+                alternatives = chunk.top_logprobs
+        return "".join(parts), alternatives
 
     @staticmethod
-    def _verdict(allowed: bool, reason: str, started: float) -> GuardVerdict:
+    def _verdict(allowed: bool, reason: str, started: float, p_block: float | None = None) -> GuardVerdict:
         seconds = time.perf_counter() - started
         GUARD_SECONDS.observe(seconds)
-        return GuardVerdict(allowed, reason, seconds)
+        return GuardVerdict(allowed, reason, seconds, p_block)

@@ -42,6 +42,8 @@ class ChatChunk:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None  # llama.cpp's server: prompt_n, cache_n, prompt_ms, ...
+    # The first token's most likely alternatives in this chunk, (token, logprob), when asked for.
+    top_logprobs: list[tuple[str, float]] | None = None
 
 
 class ChatFunction(Protocol):
@@ -52,6 +54,7 @@ class ChatFunction(Protocol):
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+        top_logprobs: int | None = None,
     ) -> AsyncIterator[ChatChunk]: ...
 
 
@@ -120,7 +123,8 @@ class OpenAIChatClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def payload(self, messages, tools, max_tokens, response_format=None) -> dict[str, Any]:
+    def payload(self, messages, tools, max_tokens, response_format=None,
+                top_logprobs: int | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             **self.extra_body,
             "model": self.model,
@@ -134,6 +138,8 @@ class OpenAIChatClient:
             body["tools"] = tools
         if response_format:
             body["response_format"] = response_format
+        if top_logprobs:
+            body["logprobs"], body["top_logprobs"] = True, top_logprobs
         return body
 
     async def __call__(
@@ -143,8 +149,9 @@ class OpenAIChatClient:
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+        top_logprobs: int | None = None,
     ) -> AsyncIterator[ChatChunk]:
-        body = self.payload(messages, tools, max_tokens, response_format)
+        body = self.payload(messages, tools, max_tokens, response_format, top_logprobs)
         give_up_at = self._clock() + self.deadline_s
         delay, stale_retried = 0.25, False
         while True:
@@ -271,4 +278,8 @@ def parse_sse_line(line: str) -> ChatChunk | None:
         chunk.text += delta.get("content") or ""
         chunk.tool_calls += delta.get("tool_calls") or []
         chunk.finish_reason = choice.get("finish_reason") or chunk.finish_reason
+        tokens = (choice.get("logprobs") or {}).get("content") or []
+        if tokens and chunk.top_logprobs is None and tokens[0].get("top_logprobs"):
+            chunk.top_logprobs = [(t.get("token", ""), float(t.get("logprob", -1e9)))
+                                  for t in tokens[0]["top_logprobs"]]
     return chunk

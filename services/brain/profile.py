@@ -59,6 +59,12 @@ class GuardSettings(_Strict):
     block: list[str] = Field(default_factory=lambda: [
         "writing code", "homework", "medical or legal advice", "politics"])
     timeout_s: float = Field(4.0, gt=0)
+    # Blocked only when P(BLOCK) is above this (servers that report token probabilities; others
+    # are judged by the word written). 0.5 is the model's own word. Measured with the packaged
+    # 1.5B model (make bench-guard, 2026-12-01): at 0.7 no in-domain turn of the corpora passed
+    # that 0.5 blocked, but off-topic blocks fell from 92 % to 75 % (restaurant) and from 100 % to
+    # 38 % (clinic: medical advice got through), so a profile raises it only for a reason.
+    block_above: float = Field(0.5, gt=0, lt=1)
 
 
 class ToolOverride(_Strict):

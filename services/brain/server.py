@@ -171,7 +171,7 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) 
                                  settings.guard_extra_body)
         clients.append(guard_chat)
         guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
-                           profile.guard.block)
+                           profile.guard.block, profile.guard.block_above)
     side_chat = None
     if settings.side_extra_body:
         side_chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature,

@@ -1,0 +1,79 @@
+"""The guard blocks only what is clearly off-topic: where the server reports token probabilities,
+a turn is blocked when P(BLOCK) among the verdict's first-token alternatives is above the
+profile's ``guard.block_above``; a server without them is judged by the word it wrote."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from services.brain.guard import TopicGuard, block_probability
+from services.brain.llm import ChatChunk, LLMRequestError, OpenAIChatClient, parse_sse_line
+from services.brain.profile import Profile
+
+
+def alternatives(**probabilities: float) -> list[tuple[str, float]]:
+    return [(token, math.log(p)) for token, p in probabilities.items()]
+
+
+def test_block_probability_table():
+    cases = [
+        (alternatives(ALLOW=0.9, BLOCK=0.1), 0.1),
+        (alternatives(BL=0.3, AL=0.3, Sure=0.4), 0.5),  # split tokens; other words do not count
+        ([(" Block", math.log(0.8)), ("allow", math.log(0.2))], 0.8),  # case and spaces
+        (alternatives(Sure=0.9, Yes=0.1), None),  # neither word: judged by the text instead
+    ]
+    for given, expected in cases:
+        got = block_probability(given)
+        assert (got is None and expected is None) or abs(got - expected) < 1e-9, (given, got)
+
+
+def scripted(text: str, top: list[tuple[str, float]] | None):
+    async def chat(messages, *, max_tokens=None, top_logprobs=None, **_):
+        assert top_logprobs  # the guard asks for them
+        yield ChatChunk(text=text, top_logprobs=top)
+
+    return chat
+
+
+async def test_a_server_that_refuses_logprobs_gets_the_word_asked_for_and_not_again():
+    asked: list[int | None] = []
+
+    async def chat(messages, *, max_tokens=None, top_logprobs=None, **_):
+        asked.append(top_logprobs)
+        if top_logprobs:
+            raise LLMRequestError("HTTP 400: logprobs is not supported")
+        yield ChatChunk(text="BLOCK")
+
+    guard = TopicGuard(chat, "reservations")
+    first, second = await guard.check("Write me a poem."), await guard.check("Solve my homework.")
+    assert not first.allowed and not second.allowed  # judged by the word, not failing open
+    assert asked == [5, None, None]
+
+
+async def test_the_profiles_line_decides_a_leaning_verdict():
+    leaning = alternatives(BLOCK=0.62, ALLOW=0.38)
+    default = Profile().guard.block_above
+    assert default == 0.5  # the model's own word, unless a profile says otherwise
+    at_default = await TopicGuard(scripted("BLOCK", leaning), "reservations",
+                                  block_above=default).check("How far is the station?")
+    clear_only = await TopicGuard(scripted("BLOCK", leaning), "reservations",
+                                  block_above=0.7).check("How far is the station?")
+    assert not at_default.allowed and at_default.reason.startswith("BLOCK p=0.62")
+    assert clear_only.allowed and abs(clear_only.p_block - 0.62) < 1e-9
+
+
+async def test_without_probabilities_the_written_word_decides():
+    guard = TopicGuard(scripted("BLOCK", None), "taking reservations", block_above=0.7)
+    verdict = await guard.check("Write me a poem.")
+    assert not verdict.allowed and verdict.p_block is None
+
+
+def test_the_client_asks_for_and_reads_the_first_tokens_alternatives():
+    body = OpenAIChatClient("http://127.0.0.1:1/v1", "m").payload([], None, 3, top_logprobs=5)
+    assert body["logprobs"] is True and body["top_logprobs"] == 5
+    line = "data: " + json.dumps({"choices": [{"delta": {"content": "BL"}, "logprobs": {"content": [
+        {"token": "BL", "logprob": -0.2, "top_logprobs": [{"token": "BL", "logprob": -0.2},
+                                                         {"token": "AL", "logprob": -1.7}]}]}}]})
+    chunk = parse_sse_line(line)
+    assert chunk.text == "BL" and chunk.top_logprobs == [("BL", -0.2), ("AL", -1.7)]
