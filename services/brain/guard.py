@@ -5,10 +5,12 @@ passes (ambiguous and borderline questions must get through), and so does a
 guard that fails or is slow past its timeout: the guard protects the domain,
 it must never take the call down.
 
-"Clearly" is a number where the server reports token probabilities (llama-server,
-vLLM): the turn is blocked when P(BLOCK) among the first token's ALLOW/BLOCK
-alternatives is above ``block_above`` (the profile's ``guard.block_above``). A server
-without them is judged by the word it wrote.
+"Clearly" is a number where the guard's requests ask for token probabilities
+(``"logprobs": true, "top_logprobs": 5`` in BRAIN_GUARD_EXTRA_BODY; ``make run`` sets it
+for llama-server): the turn is blocked when P(BLOCK) among the first token's
+ALLOW/BLOCK alternatives is above ``block_above`` (the profile's ``guard.block_above``).
+Without them (llama-cpp-python refuses them unless built with logits_all) the word
+it wrote decides.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from voicebot.common.telemetry import tracer
 
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
-TOP_LOGPROBS = 5  # of the verdict's first token: enough to hold both ALLOW and BLOCK
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,6 @@ class TopicGuard:
         self.system = guard_prompt(purpose, allow, block)
         self.timeout_s = timeout_s
         self.block_above = block_above
-        self.ask_probabilities = True
 
     async def check(self, text: str) -> GuardVerdict:
         """The caller's words alone. What the assistant said before is left out on purpose:
@@ -108,23 +108,11 @@ class TopicGuard:
         await self._ask(self.messages(text), max_tokens=1)
 
     async def _ask(self, messages, max_tokens: int = 3) -> tuple[str, list[tuple[str, float]]]:
-        """The words written, and the first token's alternatives (empty when not reported)."""
-        if self.ask_probabilities:
-            try:
-                return await self._stream(messages, max_tokens, TOP_LOGPROBS)
-            except LLMRequestError as exc:
-                # A server that refuses the fields (llama-cpp-python without logits_all): from
-                # now on the written word decides, rather than the guard failing open every time.
-                log.warning("the guard's LLM server refuses logprobs; judging by the word",
-                            extra={"error": str(exc)})
-                self.ask_probabilities = False
-        return await self._stream(messages, max_tokens, None)
-
-    async def _stream(self, messages, max_tokens: int,
-                      top_logprobs: int | None) -> tuple[str, list[tuple[str, float]]]:
+        """The words written, and the first token's alternatives when the server reports them
+        (asked for in the guard's request fields: ``localllm.guard_request_fields``)."""
         parts: list[str] = []
         alternatives: list[tuple[str, float]] = []
-        async for chunk in self.chat(messages, max_tokens=max_tokens, top_logprobs=top_logprobs):
+        async for chunk in self.chat(messages, max_tokens=max_tokens):
             parts.append(chunk.text)
             if chunk.top_logprobs and not alternatives:
                 alternatives = chunk.top_logprobs

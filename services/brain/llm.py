@@ -42,7 +42,8 @@ class ChatChunk:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None  # llama.cpp's server: prompt_n, cache_n, prompt_ms, ...
-    # The first token's most likely alternatives in this chunk, (token, logprob), when asked for.
+    # The first token's most likely alternatives in this chunk, (token, logprob), when the request
+    # asked for them ("logprobs": true, "top_logprobs": N in its extra body).
     top_logprobs: list[tuple[str, float]] | None = None
 
 
@@ -54,7 +55,6 @@ class ChatFunction(Protocol):
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
-        top_logprobs: int | None = None,
     ) -> AsyncIterator[ChatChunk]: ...
 
 
@@ -123,8 +123,7 @@ class OpenAIChatClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def payload(self, messages, tools, max_tokens, response_format=None,
-                top_logprobs: int | None = None) -> dict[str, Any]:
+    def payload(self, messages, tools, max_tokens, response_format=None) -> dict[str, Any]:
         body: dict[str, Any] = {
             **self.extra_body,
             "model": self.model,
@@ -138,8 +137,6 @@ class OpenAIChatClient:
             body["tools"] = tools
         if response_format:
             body["response_format"] = response_format
-        if top_logprobs:
-            body["logprobs"], body["top_logprobs"] = True, top_logprobs
         return body
 
     async def __call__(
@@ -149,9 +146,8 @@ class OpenAIChatClient:
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
-        top_logprobs: int | None = None,
     ) -> AsyncIterator[ChatChunk]:
-        body = self.payload(messages, tools, max_tokens, response_format, top_logprobs)
+        body = self.payload(messages, tools, max_tokens, response_format)
         give_up_at = self._clock() + self.deadline_s
         delay, stale_retried = 0.25, False
         while True:

@@ -8,8 +8,9 @@ import json
 import math
 
 from services.brain.guard import TopicGuard, block_probability
-from services.brain.llm import ChatChunk, LLMRequestError, OpenAIChatClient, parse_sse_line
+from services.brain.llm import ChatChunk, OpenAIChatClient, parse_sse_line
 from services.brain.profile import Profile
+from voicebot import localllm
 
 
 def alternatives(**probabilities: float) -> list[tuple[str, float]]:
@@ -29,26 +30,10 @@ def test_block_probability_table():
 
 
 def scripted(text: str, top: list[tuple[str, float]] | None):
-    async def chat(messages, *, max_tokens=None, top_logprobs=None, **_):
-        assert top_logprobs  # the guard asks for them
+    async def chat(messages, *, max_tokens=None, **_):
         yield ChatChunk(text=text, top_logprobs=top)
 
     return chat
-
-
-async def test_a_server_that_refuses_logprobs_gets_the_word_asked_for_and_not_again():
-    asked: list[int | None] = []
-
-    async def chat(messages, *, max_tokens=None, top_logprobs=None, **_):
-        asked.append(top_logprobs)
-        if top_logprobs:
-            raise LLMRequestError("HTTP 400: logprobs is not supported")
-        yield ChatChunk(text="BLOCK")
-
-    guard = TopicGuard(chat, "reservations")
-    first, second = await guard.check("Write me a poem."), await guard.check("Solve my homework.")
-    assert not first.allowed and not second.allowed  # judged by the word, not failing open
-    assert asked == [5, None, None]
 
 
 async def test_the_profiles_line_decides_a_leaning_verdict():
@@ -69,9 +54,11 @@ async def test_without_probabilities_the_written_word_decides():
     assert not verdict.allowed and verdict.p_block is None
 
 
-def test_the_client_asks_for_and_reads_the_first_tokens_alternatives():
-    body = OpenAIChatClient("http://127.0.0.1:1/v1", "m").payload([], None, 3, top_logprobs=5)
-    assert body["logprobs"] is True and body["top_logprobs"] == 5
+def test_make_runs_guard_asks_for_them_and_the_client_reads_them():
+    fields = localllm.guard_request_fields()
+    assert fields["logprobs"] is True and fields["top_logprobs"] >= 2  # room for ALLOW and BLOCK
+    body = OpenAIChatClient("http://127.0.0.1:1/v1", "m", extra_body=fields).payload([], None, 3)
+    assert body["logprobs"] is True and body["id_slot"] == localllm.GUARD_SLOT
     line = "data: " + json.dumps({"choices": [{"delta": {"content": "BL"}, "logprobs": {"content": [
         {"token": "BL", "logprob": -0.2, "top_logprobs": [{"token": "BL", "logprob": -0.2},
                                                          {"token": "AL", "logprob": -1.7}]}]}}]})
