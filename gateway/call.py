@@ -504,13 +504,17 @@ class Call:
         return TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s,
                           self.settings.reply_phrase_chars)
 
+    def _may_start_on(self, text: str) -> bool:
+        """Words the brain may work on before the endpoint: a session, words, and no reply still
+        in the air (then it is a barge-in, and what the caller heard is not known yet)."""
+        turn = self.turn
+        return (has_words(text) and self.session is not None and self.session_id is not None
+                and (turn is None or (not turn.audible(time.perf_counter()) and turn.task.done())))
+
     def _prefill_words(self, text: str) -> None:
         """An interim transcript while no reply is in the air: the brain caches the prompt a
         turn on these words would send (gateway/prefill.py)."""
-        now = time.perf_counter()
-        if (not self.settings.prefill_words or not has_words(text) or self.session is None
-                or self.session_id is None
-                or (self.turn is not None and (self.turn.audible(now) or not self.turn.task.done()))):
+        if not self.settings.prefill_words or not self._may_start_on(text):
             return
         words = f"{self._unanswered} {text}" if self._unanswered else text
         self._prefiller.send(brain_pb2.RespondRequest(
@@ -526,10 +530,7 @@ class Call:
         if early is not None:
             early.discard()
             self._early = None
-        now = time.perf_counter()
-        if (not self.settings.preemptive or not has_words(text) or self._unanswered
-                or self.session is None or self.session_id is None
-                or (self.turn is not None and (self.turn.audible(now) or not self.turn.task.done()))):
+        if not self.settings.preemptive or self._unanswered or not self._may_start_on(text):
             return
         request = brain_pb2.RespondRequest(
             session_id=self.session_id, turn_id="t_" + uuid.uuid4().hex[:12], user_id=self.user_id,

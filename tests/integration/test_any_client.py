@@ -20,17 +20,12 @@ from gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
 from tests.audio import silence, speech
 from tests.conftest import TWILIO_SECRET
 from tests.fakes.fake_llm import is_guard, last_user_text
-from tests.integration.test_bargein import gateway_metric
+from tests.integration.test_bargein import FIRST_QUESTION, LONG_REPLY, SHORT_REPLY, gateway_metric
 from voicebot.common.audio import float_to_pcm16
 
 pytestmark = pytest.mark.integration
 
 FRAME_MS = 20
-FIRST_QUESTION = "A table for two on Tuesday, please."
-LONG_REPLY = ("Tuesday at ten works for a table of two. The terrace is heated in the evening, so you can "
-              "sit outside. We also have a quiet room at the back for larger groups. Parking is free after "
-              "six on the street. Shall I book the terrace for you?")
-SHORT_REPLY = "Okay, three people then."
 INTERRUPTION = "Make it three people please."
 
 
