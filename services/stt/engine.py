@@ -26,16 +26,22 @@ class EngineCapabilities:
     languages: frozenset[str] | None = None
 
 
+class DraftDiscarded(Exception):
+    """A draft decode looked degenerate and was dropped instead of being redone."""
+
+
 class SttEngine(ABC):
     """Transcribe one utterance of 16 kHz float32 audio.
 
     ``transcribe`` blocks (it is model work); callers run it in a worker pool.
+    ``draft``: a periodic partial, replaced by the next one within a fraction of a second.
+    An engine may then skip costly second passes and raise ``DraftDiscarded``.
     """
 
     capabilities: EngineCapabilities
 
     @abstractmethod
-    def transcribe(self, audio: np.ndarray, language: str) -> str: ...
+    def transcribe(self, audio: np.ndarray, language: str, draft: bool = False) -> str: ...
 
     def supports_language(self, language: str) -> bool:
         caps = self.capabilities
@@ -104,7 +110,7 @@ class FasterWhisperEngine(SttEngine):
             languages=frozenset(_LANGUAGE_CODES) if multilingual else frozenset({"en"}),
         )
 
-    def transcribe(self, audio: np.ndarray, language: str) -> str:
+    def transcribe(self, audio: np.ndarray, language: str, draft: bool = False) -> str:
         # No chunk_length: called that way the feature extractor keeps no state,
         # so concurrent workers can share it.
         features = self._model.feature_extractor(audio)
@@ -113,6 +119,11 @@ class FasterWhisperEngine(SttEngine):
             return self._transcribe_long(audio, language)
         window = encoder_frames(frames, self._min_context_s)
         text, degenerate = self._decode(features, window, language, frames)
+        if degenerate and window < WINDOW_FRAMES and draft:
+            # The full-window pass costs 1-3 s on two cores, and the one decode worker is
+            # what the speculative decode and the final wait for. Short drafts ("Do you")
+            # loop most often; the next partial comes 0.4 s later anyway.
+            raise DraftDiscarded
         if degenerate and window < WINDOW_FRAMES:
             log.info("short-window decode looked degenerate; decoding the full window",
                      extra={"audio_s": round(frames / FRAMES_PER_SECOND, 2)})

@@ -280,7 +280,8 @@ class DecodePool:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         DECODE_WAIT_SECONDS.labels(KIND[job.priority]).observe(started - job.queued_at)
-        work = self._executor.submit(self.engine.transcribe, segment.audio, job.language)
+        work = self._executor.submit(self.engine.transcribe, segment.audio, job.language,
+                                     draft=job.priority == PARTIAL)
 
         def done(_: Future) -> None:
             # The loop may already be closed when the service shuts down mid-decode.

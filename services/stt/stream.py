@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from services.stt.engine import DraftDiscarded
 from services.stt.metrics import ENDPOINT_TO_FINAL_SECONDS, FINALS_TOTAL, PARTIALS_TOTAL
 from services.stt.recognizer import (
     FINAL,
@@ -181,6 +182,8 @@ class RecognitionStream:
                 result = await self._job.future
             except asyncio.CancelledError:
                 raise
+            except DraftDiscarded:
+                continue  # not kept either, so the final never reuses it
             except Exception:
                 # The final for this utterance will try again and report a real failure.
                 log.warning("partial decode failed", exc_info=True)

@@ -21,7 +21,7 @@ class FakeSttEngine(SttEngine):
         self.calls: list[tuple[float, str]] = []
         self._lock = threading.Lock()
 
-    def transcribe(self, audio: np.ndarray, language: str) -> str:
+    def transcribe(self, audio: np.ndarray, language: str, draft: bool = False) -> str:
         if self.delay_s:
             time.sleep(self.delay_s)
         seconds = round(len(audio) / 16000, 1)
@@ -43,13 +43,13 @@ class GatedSttEngine(FakeSttEngine):
         self.entered = threading.Semaphore(0)
         self.started: list[tuple[int, str]] = []  # (samples, language) of each decode begun
 
-    def transcribe(self, audio: np.ndarray, language: str) -> str:
+    def transcribe(self, audio: np.ndarray, language: str, draft: bool = False) -> str:
         with self._lock:
             self.started.append((len(audio), language))
         self.entered.release()
         if not self.gate.wait(timeout=60):
             raise TimeoutError("the test never opened the gate")
-        return super().transcribe(audio, language)
+        return super().transcribe(audio, language, draft)
 
     async def wait_entered(self, timeout: float = 30) -> None:
         """Wait (without blocking the event loop) until one more decode has started."""

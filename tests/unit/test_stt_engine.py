@@ -1,6 +1,17 @@
 """The Whisper engine's pure decisions: how much audio context to encode, and what looks like a loop."""
 
-from services.stt.engine import WINDOW_FRAMES, encoder_frames, looks_degenerate
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from services.stt.engine import (
+    WINDOW_FRAMES,
+    DraftDiscarded,
+    FasterWhisperEngine,
+    encoder_frames,
+    looks_degenerate,
+)
 
 
 def test_short_utterances_get_the_minimum_context_and_long_ones_twice_their_length():
@@ -25,3 +36,21 @@ def test_ordinary_sentences_do_not():
     assert not looks_degenerate("I would like to book a table for two people tomorrow evening.", 14, 100)
     assert not looks_degenerate("Hello.", 2, 100)
     assert not looks_degenerate("", 0, 30)
+
+
+def test_a_degenerate_draft_is_dropped_and_only_a_final_gets_the_full_window_pass():
+    engine = object.__new__(FasterWhisperEngine)  # the decode is scripted: no model needed
+    engine._min_context_s = 5.0
+    engine._model = SimpleNamespace(feature_extractor=lambda audio: np.zeros((80, 100)))
+    windows: list[int] = []
+
+    def looping_decode(features, window, language, frames):
+        windows.append(window)
+        return "do you do you", True
+
+    engine._decode = looping_decode
+    with pytest.raises(DraftDiscarded):
+        engine.transcribe(np.zeros(16000, dtype=np.float32), "en", draft=True)
+    assert windows == [encoder_frames(100, 5.0)]  # no second pass for a draft
+    engine.transcribe(np.zeros(16000, dtype=np.float32), "en")
+    assert windows[1:] == [encoder_frames(100, 5.0), WINDOW_FRAMES]

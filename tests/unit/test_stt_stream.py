@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from services.stt.endpointer import EndpointConfig
+from services.stt.engine import DraftDiscarded
 from services.stt.recognizer import FINAL, PARTIAL, SPECULATIVE, DecodePool, Segment, StreamRecognizer
 from services.stt.stream import RecognitionStream, StreamOptions
 from services.stt.vad import FRAME_SAMPLES
@@ -288,3 +289,30 @@ async def test_partials_are_spaced_out_when_more_streams_speak_than_workers():
     await second.close()
     assert pool.speaking == 0
     pool.shutdown()
+
+
+class LoopingDraftEngine(FakeSttEngine):
+    """Every draft (periodic partial) decode 'loops' and is discarded, as a short Whisper window can."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drafts: list[bool] = []
+
+    def transcribe(self, audio, language, draft=False):
+        self.drafts.append(draft)
+        if draft:
+            raise DraftDiscarded
+        return super().transcribe(audio, language)
+
+
+async def test_a_discarded_draft_is_neither_sent_nor_reused_and_the_final_decodes_afresh():
+    engine = LoopingDraftEngine()
+    h = Harness(engine, interim=True, interval=5)
+    await h.stream.feed(quiet(3) + loud(12))
+    await wait_until(lambda: True in engine.drafts)  # a partial was decoded as a draft
+    await h.stream.feed(quiet(12))
+    kinds = await h.finish()
+    assert "partial" not in kinds
+    (final,) = h.transcripts(final=True)
+    assert final.text.startswith("speech")  # decoded again, not the discarded draft's nothing
+    assert engine.drafts[-1] is False  # the final is never a draft
