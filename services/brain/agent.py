@@ -658,9 +658,15 @@ class Agent:
     async def _prefill(self, turns: list[Turn]) -> None:
         """While the caller listens, have the LLM server cache the next prompt's prefix (this
         reply included, as the next prompt will carry it), so at the endpoint only the state
-        block and the caller's words are new."""
+        block and the caller's words are new.
+
+        An empty user message ends it: the template closes the reply (``<|im_end|>``) and opens
+        the caller's next message as the next prompt will, so those tokens are cached too
+        (4 of the ~16 a question turn adds, ~0.15 s of prefill on two cores). Where the next
+        turn brings a state block first, the shared prefix still reaches its message start."""
         messages = history_messages(self.system, turns, self.settings.recent_turns,
                                     self.settings.history_turns)
+        messages.append({"role": "user", "content": ""})
         # (The guard's prompt is the same every time: it stays cached in its own slot.)
         try:
             await self._prime(messages)

@@ -27,6 +27,9 @@ class TtsSettings(ServiceSettings):
     min_phrase_phonemes: int = 24
     # The reply's first piece starts at its first comma once it holds this many characters, or
     # after this many words when no comma comes, without waiting for the full stop (0: off).
-    first_clause_chars: int = 12
+    # 3, so "Yes," and "Sorry," are spoken while the model writes the rest of the sentence: most
+    # replies open that way, and the first audio comes ~0.4 s sooner on two cores (make bench-v2v);
+    # the join falls on the comma's own pause.
+    first_clause_chars: int = 3
     first_clause_words: int = 8
     max_text_chars: int = 4000

@@ -339,13 +339,16 @@ async def test_the_next_prompt_is_prefilled_while_the_caller_listens(redis_url, 
     await run(agent, request("When do you open?", session, "t1"))
     await asyncio.gather(*agent._background)
     prefill = scripted_llm.requests[-1]
-    assert prefill["max_tokens"] == 1 and prefill["messages"][-1] == {"role": "assistant",
-                                                                      "content": "We open at noon."}
+    # The reply, then the opening of the caller's next message (empty), so the template's tokens
+    # that close the reply and open the next message are cached as well.
+    assert prefill["max_tokens"] == 1 and prefill["messages"][-2:] == [
+        {"role": "assistant", "content": "We open at noon."}, {"role": "user", "content": ""}]
     await run(agent, request("And on Sundays?", session, "t2"))
     await asyncio.gather(*agent._background)
     turn_two = scripted_llm.requests[-2]
-    assert turn_two["messages"][:len(prefill["messages"])] == prefill["messages"]
-    new = turn_two["messages"][len(prefill["messages"]):]
+    shared = prefill["messages"][:-1]
+    assert turn_two["messages"][:len(shared)] == shared
+    new = turn_two["messages"][len(shared):]
     # Only the caller's words: the session state is unchanged (still empty), so no block repeats it.
     assert new == [{"role": "user", "content": "And on Sundays?"}]
     await chat.aclose()

@@ -2,6 +2,7 @@
 
 import pytest
 
+from services.tts.config import TtsSettings
 from services.tts.segmenter import SentenceSegmenter
 
 
@@ -105,6 +106,14 @@ def test_a_short_first_sentence_and_an_early_comma_are_left_whole():
     seg = SentenceSegmenter(first_clause_chars=12, first_clause_words=8)
     pieces = stream_words(seg, "Sure, we open at noon. Anything else?")
     assert pieces == ["Sure, we open at noon.", "Anything else?"]
+
+
+def test_by_default_a_reply_opening_with_yes_is_spoken_from_its_comma():
+    settings = TtsSettings()
+    seg = SentenceSegmenter(settings.max_clause_chars, settings.first_clause_chars,
+                            settings.first_clause_words)
+    pieces = stream_words(seg, "Yes, we offer vegetarian dishes. Anything else?")
+    assert pieces == ["Yes,", "we offer vegetarian dishes.", "Anything else?"]
 
 
 def test_only_the_first_piece_is_cut_early():
