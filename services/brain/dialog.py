@@ -33,11 +33,18 @@ _YES = re.compile(
     r"[\s.!]*$", re.I)
 _NO = re.compile(r"^(?:no|nope|nah|not really|don't|do not|wait|아니요|아니오|아뇨|아니)\b[\s,.!]*", re.I)
 _CHANGE = re.compile(
-    r"\b(?:actually|instead|rather|change|make it|switch|move it)\b|\d|"
+    r"\b(?:actually|instead|rather|change|make it|switch|move it|later|earlier|another|different)\b|\d|"
     r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|tomorrow|tonight|"
     r"morning|afternoon|evening|noon|half past|quarter|o'clock|one|two|three|four|five|six|seven|"
     r"eight|nine|ten|eleven|twelve|we are|we.re|people)\b|"
     r"말고|대신|바꿔|로 해|요일|시|명", re.I)
+# How a change to what was read back opens ("Could you make it later", "What about Saturday"):
+# with a change word after it, it is a correction; without one ("Could you repeat that?") the
+# rules cannot tell.
+_CHANGE_OPENER = re.compile(
+    r"^(?:(?:sorry|oh|um|uh|well|hmm),?\s+)?(?:actually|instead|make it|change|could we|can we|"
+    r"could you|can you|would you|what about|how about|i'd like|i would like|we'd like|we would like|"
+    r"let's|we are|we're|it's|it is|i meant)\b", re.I)
 _HANDOFF = re.compile(
     r"\b(?:human|real person|a person|someone real|an agent|live agent|representative|operator|"
     r"manager|staff member)\b|(?:talk|speak) to (?:someone|somebody)|"
@@ -65,9 +72,7 @@ def classify_confirmation(text: str) -> Decision | None:
     if no:
         rest = text[no.end():].strip()
         return Decision.CORRECTION if rest and _CHANGE.search(rest) else Decision.NO
-    if _CHANGE.search(text) and re.match(r"^(?:(?:sorry|oh|um|uh|well|hmm),?\s+)?(?:actually|instead|make it|"
-                                         r"change|could we|can we|let's|we are|we're|it's|it is|i meant)",
-                                         text, re.I):
+    if _CHANGE.search(text) and _CHANGE_OPENER.match(text):
         return Decision.CORRECTION
     return None
 

@@ -12,7 +12,11 @@ from services.brain.dialog import Decision, asks_for_human, classify_confirmatio
     ("no, half past two", Decision.CORRECTION), ("No, make it Wednesday", Decision.CORRECTION),
     ("no, three people", Decision.CORRECTION), ("actually make it 8", Decision.CORRECTION),
     ("아니요, 수요일로 해주세요", Decision.CORRECTION),
-    ("what's the weather like", None), ("hmm", None),
+    ("Could you make it a little later in the evening please", Decision.CORRECTION),
+    ("What about the same time on Saturday instead", Decision.CORRECTION),
+    ("How about eight?", Decision.CORRECTION), ("We'd like a different day", Decision.CORRECTION),
+    ("what's the weather like", None), ("hmm", None), ("Could you say that again?", None),
+    ("What about parking?", None),
 ])
 def test_confirmation_rules(text, decision):
     assert classify_confirmation(text) == decision
