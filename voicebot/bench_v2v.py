@@ -11,7 +11,8 @@ listens to the whole reply before speaking again. Cases, in one run:
 - ``booking via the model``: changes to a booking that the rules do not parse, so
   the model proposes (the read-back is still made by code).
 
-Prints a table and JSON. ``--rounds`` repeats the question set.
+Prints a line per turn (client v2v, then the turn's stt, llm_ttft, first_clause and
+longest_gap ms), a table and JSON. ``--rounds`` repeats the question set.
 """
 
 from __future__ import annotations
@@ -64,7 +65,10 @@ BOOKING = [
     "What about the same time on Saturday instead",
 ]
 BOOKING_VOICES = [("piper", 0)]
-STAGES = ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")
+STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_voice", "longest_gap")
+PER_TURN = ("stt", "llm_ttft", "first_clause", "longest_gap")  # printed for each turn
+# A pause in the reply's audio shorter than this is jitter the client's buffer hides.
+GAP_MIN_MS = 40
 
 
 def speech(text: str, voice: tuple[str, Any]) -> bytes:
@@ -88,8 +92,9 @@ class Turn:
 class Microphone:
     """Real-time frames from a queue, silence when there is nothing to say; events time-stamped."""
 
-    def __init__(self, ws) -> None:
+    def __init__(self, ws, output_rate: int) -> None:
         self.ws = ws
+        self.output_rate = output_rate
         self.pending: list[bytes] = []
         self.last_speech_sent: float | None = None
         self.received: list[tuple[float, str, Any]] = []
@@ -115,7 +120,11 @@ class Microphone:
                 self.received.append((now, event["type"], event))
 
     async def say(self, pcm: bytes, timeout: float = 60.0) -> tuple[float | None, dict[str, Any], str]:
-        """Speak, wait for the reply to be heard out; (end of speech → first audio ms, metrics, reply)."""
+        """Speak, wait for the reply to be heard out; (end of speech → first audio ms, stages, reply).
+
+        The stages are the gateway's ``turn.metrics`` and two the client measures: ``first_clause``
+        (first reply text → first audio, less TTS's own time: waiting for the first piece TTS
+        may speak) and ``longest_gap`` (the longest the caller's playback ran dry mid-reply)."""
         mark = len(self.received)
         self.last_speech_sent = None
         self.pending += [pcm[i:i + FRAME].ljust(FRAME, b"\0") for i in range(0, len(pcm), FRAME)]
@@ -130,8 +139,12 @@ class Microphone:
         events = self.received[mark:]
         ended = self.last_speech_sent
         first_audio = next((t for t, kind, _ in events if kind == "audio" and ended and t > ended), None)
-        metrics = next((e["ms"] for _, kind, e in events if kind == "turn.metrics"), {})
+        metrics = dict(next((e["ms"] for _, kind, e in events if kind == "turn.metrics"), {}))
         reply = next((e.get("text", "") for _, kind, e in events if kind == "reply.done"), "")
+        first_text = next((t for t, kind, _ in events if kind == "reply.delta"), None)
+        if first_audio and first_text and metrics.get("tts_ttfa") is not None:
+            metrics["first_clause"] = max(0, round((first_audio - first_text) * 1000) - metrics["tts_ttfa"])
+        metrics["longest_gap"] = longest_gap(events, self.output_rate) if first_audio else None
         await asyncio.sleep(0.6)  # the client's playback buffer drains: the caller heard it all
         return (first_audio - ended) * 1000 if first_audio and ended else None, metrics, reply
 
@@ -139,6 +152,23 @@ class Microphone:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def longest_gap(events: list[tuple[float, str, Any]], rate: int) -> int:
+    """The longest silence a client playing each frame on arrival hears between a reply's first
+    audio and its end, beyond GAP_MIN_MS (a piece of the reply that came late: a choppy join)."""
+    played_until: float | None = None
+    longest = 0.0
+    for at, kind, size in events:
+        if kind == "audio.end":
+            break
+        if kind != "audio":
+            continue
+        if played_until is not None and at > played_until:
+            longest = max(longest, at - played_until)
+        played_until = max(played_until or at, at) + size / 2 / rate
+    ms = round(longest * 1000)
+    return ms if ms >= GAP_MIN_MS else 0
 
 
 @contextlib.asynccontextmanager
@@ -149,9 +179,9 @@ async def caller(url: str):
                                   max_size=2**22) as ws:
         await ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
                                   "audio": {"encoding": "pcm16", "sample_rate": RATE}}))
-        while json.loads(await asyncio.wait_for(ws.recv(), 10)).get("type") != "session.started":
+        while (started := json.loads(await asyncio.wait_for(ws.recv(), 10))).get("type") != "session.started":
             pass
-        mic = Microphone(ws)
+        mic = Microphone(ws, started["audio"]["sample_rate"])
         try:
             await asyncio.sleep(1.0)  # a little silence first, as when a call connects
             yield mic
@@ -171,7 +201,8 @@ async def run_case(case: str, url: str, texts: list[str], per_session: int,
                 turn = Turn(case, text, f"{voice[0]} {voice[1] or ''}".strip(), v2v, stages, reply)
                 turns.append(turn)
                 shown = f"{v2v:.0f} ms" if v2v is not None else "no audio"
-                print(f"  {case:24s} {shown:>9s}  {text[:50]:50s} → {reply[:60]}", flush=True)
+                parts = " ".join(str(stages.get(s)) for s in PER_TURN)
+                print(f"  {case:24s} {shown:>9s} [{parts:>17s}]  {text[:44]:44s} → {reply[:56]}", flush=True)
     return turns
 
 

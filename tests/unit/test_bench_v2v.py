@@ -1,0 +1,25 @@
+"""bench-v2v's client-side measure of a choppy reply: the longest its playback ran dry."""
+
+from voicebot.bench_v2v import longest_gap
+
+RATE = 16000
+FRAME_100MS = RATE // 10 * 2  # bytes of PCM16
+
+
+def frames(*arrivals: float) -> list[tuple[float, str, int]]:
+    return [(at, "audio", FRAME_100MS) for at in arrivals]
+
+
+def test_audio_that_arrives_before_the_last_frame_ends_plays_without_a_gap():
+    assert longest_gap([*frames(0.0, 0.1, 0.15, 0.3), (0.4, "audio.end", 0)], RATE) == 0
+
+
+def test_a_piece_that_comes_late_is_the_silence_the_caller_hears():
+    # "Yes," plays 0.0-0.2; the rest of the sentence comes at 0.45: 250 ms of silence.
+    events = [*frames(0.0, 0.1), (0.2, "reply.delta", 0), *frames(0.45, 0.55), (0.7, "audio.end", 0)]
+    assert longest_gap(events, RATE) == 250
+
+
+def test_jitter_below_the_threshold_is_not_a_gap_and_the_next_reply_is_not_counted():
+    events = [*frames(0.0, 0.12, 0.24), (0.4, "audio.end", 0), *frames(5.0)]
+    assert longest_gap(events, RATE) == 0
