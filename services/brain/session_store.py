@@ -2,21 +2,28 @@
 
 Keys are scoped by user *and* session, so another user's session id finds
 nothing: it looks exactly like a session that does not exist. Every write is
-a compare-and-set on a version number (WATCH/MULTI), so two replicas serving
-turns of one session concurrently cannot lose each other's updates.
+a compare-and-set on the version number the history was read at (one Lua
+script: SET only if the stored version is still that one), so two replicas
+serving turns of one session concurrently cannot lose each other's updates.
+
+An update is two round trips (GET, then the script), not the four of
+WATCH/GET/MULTI-SET-EXEC; one that changes nothing (the common "the caller heard
+all of the last reply") is the GET alone: it writes nothing, and what it returns
+is what Redis held at that read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
-from redis.exceptions import WatchError
 
 from services.brain.state import SessionState
 
@@ -57,8 +64,15 @@ class SessionHistory:
         return cls(data["version"], [Turn(**t) for t in data["turns"]], state)
 
     def to_json(self) -> str:
-        return json.dumps({"version": self.version, "turns": [asdict(t) for t in self.turns],
-                           "state": self.state.model_dump(mode="json")})
+        return _with_version(self.version, self._body())
+
+    def _body(self) -> str:
+        """Everything but the version, as ``to_json`` writes it after ``{"version": N, ``.
+        ``vars``, not ``dataclasses.asdict``: a Turn holds only JSON values (its steps are plain
+        dicts), and asdict's recursive deep copy was a third of the brain's CPU per turn with a
+        long history (each turn serialises it twice)."""
+        return json.dumps({"turns": [vars(t) for t in self.turns],
+                           "state": self.state.model_dump(mode="json")})[1:]
 
     def mark_spoken(self, turn_id: str, spoken: str, interrupted: bool) -> bool:
         """Keep only what the person heard of an earlier reply."""
@@ -70,11 +84,42 @@ class SessionHistory:
         return False
 
 
+def _with_version(version: int, body: str) -> str:
+    # json.dumps of {"version": ..., "turns": ..., "state": ...} with its default separators.
+    return f'{{"version": {version}, {body}'
+
+
+def _version_token(raw: bytes | None) -> str:
+    """What the compare-and-set compares: the stored version, read from the value's start
+    (``to_json`` always writes it first); "-" for no value; a hash for a value of another shape.
+    ``_CAS`` computes the same token from what Redis holds."""
+    if raw is None:
+        return "-"
+    match = _VERSION.match(raw)
+    return match.group(1).decode() if match else "h" + hashlib.sha1(raw).hexdigest()
+
+
+_VERSION = re.compile(rb'\{"version": (\d+),')
+
+# KEYS[1]: the history; ARGV: the token the change was made on, the new value, the TTL.
+_CAS = """
+local cur = redis.call('GET', KEYS[1])
+local token = '-'
+if cur then
+  token = string.match(cur, '^{"version": (%d+),') or ('h' .. redis.sha1hex(cur))
+end
+if token ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+return 1
+"""
+
+
 class SessionStore:
     def __init__(self, redis: aioredis.Redis, ttl_s: int, max_turns: int = 200) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
         self.max_turns = max_turns
+        self._cas = redis.register_script(_CAS)
 
     @staticmethod
     def key(user_id: str, session_id: str) -> str:
@@ -90,22 +135,24 @@ class SessionStore:
         change: Callable[[SessionHistory], Any],
         attempts: int = 20,
     ) -> SessionHistory:
-        """Apply ``change`` atomically; re-read and re-apply when another writer got there first."""
+        """Apply ``change`` atomically; re-read and re-apply when another writer got there first.
+
+        ``change`` may run more than once (once per attempt), each time on a fresh read."""
         key = self.key(user_id, session_id)
         for _ in range(attempts):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                try:
-                    await pipe.watch(key)
-                    history = SessionHistory.from_json(await pipe.get(key))
-                    change(history)
-                    history.turns = history.turns[-self.max_turns:]
-                    history.version += 1
-                    pipe.multi()
-                    pipe.set(key, history.to_json(), ex=self.ttl_s)
-                    await pipe.execute()
-                    return history
-                except WatchError:
-                    continue
+            raw = await self.redis.get(key)
+            if isinstance(raw, str):  # a client made with decode_responses
+                raw = raw.encode()
+            history = SessionHistory.from_json(raw)
+            change(history)
+            history.turns = history.turns[-self.max_turns:]
+            body = history._body()
+            if raw is not None and raw == _with_version(history.version, body).encode():
+                return history  # nothing changed: this was a read, and nothing is written
+            token = _version_token(raw)
+            history.version += 1
+            if await self._cas(keys=[key], args=[token, _with_version(history.version, body), self.ttl_s]):
+                return history
         raise RuntimeError(f"session {session_id}: too much write contention")
 
     async def append_turn(self, user_id: str, session_id: str, turn: Turn,

@@ -1,0 +1,110 @@
+"""The brain's session history in a real redis-server: every write a compare-and-set on the
+version read, a change that changes nothing written not at all, and no update lost to another
+writer that comes between a read and its write."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.brain.session_store import SessionHistory, SessionStore, Turn
+from voicebot.common.redis import connect_redis_sync
+
+
+@pytest.fixture
+async def store(redis_url):
+    redis = aioredis.Redis.from_url(redis_url)
+    yield SessionStore(redis, 60)
+    await redis.aclose()
+
+
+@pytest.fixture
+def other_writer(redis_url):
+    """Another replica's writes, made synchronously from inside a change (between its read and
+    its write)."""
+    client = connect_redis_sync(redis_url)
+    yield client
+    client.close()
+
+
+def heard(turn_id: str, spoken: str = "", interrupted: bool = False):
+    return lambda history: history.mark_spoken(turn_id, spoken, interrupted)
+
+
+async def test_a_change_that_changes_nothing_writes_nothing(store, other_writer):
+    session = uuid.uuid4().hex
+    await store.append_turn("alice", session, Turn("t1", "q", "a full answer"))
+    key = store.key("alice", session)
+    other_writer.expire(key, 5000)  # a write would set the store's TTL (60 s) again
+    history = await store.update("alice", session, heard("t1"))  # heard all of it
+    assert history.version == 1 and history.turns[0].assistant == "a full answer"
+    assert json.loads(other_writer.get(key))["version"] == 1
+    assert other_writer.ttl(key) > 60
+
+
+async def test_a_change_is_written_with_a_new_version(store, other_writer):
+    session = uuid.uuid4().hex
+    await store.append_turn("alice", session, Turn("t1", "q", "a full answer"))
+    history = await store.update("alice", session, heard("t1", "a full", interrupted=True))
+    assert history.version == 2
+    stored = await store.load("alice", session)
+    assert (stored.version, stored.turns[0].assistant, stored.turns[0].interrupted) == (2, "a full", True)
+    assert 0 < other_writer.ttl(store.key("alice", session)) <= 60
+
+
+async def test_a_write_between_the_read_and_the_write_is_not_lost(store, other_writer):
+    session = uuid.uuid4().hex
+    key = store.key("alice", session)
+    await store.append_turn("alice", session, Turn("t1", "q1", "a1"))
+    calls = []
+
+    def append_mine(history: SessionHistory) -> None:
+        calls.append(history.version)
+        if len(calls) == 1:  # another replica stores its turn after this read
+            theirs = SessionHistory.from_json(other_writer.get(key))
+            theirs.turns.append(Turn("t2", "q2", "a2"))
+            theirs.version += 1
+            other_writer.set(key, theirs.to_json())
+        history.turns.append(Turn("t3", "q3", "a3"))
+
+    history = await store.update("alice", session, append_mine)
+    assert calls == [1, 2]  # re-applied on the fresh read
+    stored = await store.load("alice", session)
+    assert [t.turn_id for t in stored.turns] == ["t1", "t2", "t3"] == [t.turn_id for t in history.turns]
+    assert stored.version == 3
+
+
+async def test_a_value_of_another_shape_is_compared_whole(store, other_writer):
+    """A history whose JSON does not start with its version (not written by this store) is
+    still updated, and still compare-and-set: by a hash of the whole value."""
+    session = uuid.uuid4().hex
+    key = store.key("alice", session)
+    other_writer.set(key, json.dumps({"turns": [{"turn_id": "t1", "user": "q1", "assistant": "a1"}],
+                                      "state": {}, "version": 4}))
+    calls = []
+
+    def append_mine(history: SessionHistory) -> None:
+        calls.append(len(history.turns))
+        if len(calls) == 1:
+            other_writer.set(key, json.dumps({"turns": [{"turn_id": "t1", "user": "q1", "assistant": "a1"},
+                                                        {"turn_id": "t2", "user": "q2", "assistant": "a2"}],
+                                              "state": {}, "version": 4}))  # the same version
+        history.turns.append(Turn("t3", "q3", "a3"))
+
+    await store.update("alice", session, append_mine)
+    assert calls == [1, 2]
+    stored = await store.load("alice", session)
+    assert [t.turn_id for t in stored.turns] == ["t1", "t2", "t3"] and stored.version == 5
+
+
+async def test_serialised_history_round_trips(store):
+    session = uuid.uuid4().hex
+    step = {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"slots": ["19:00"]})}
+    await store.append_turn("alice", session, Turn("t1", "q", "a", steps=[step], context="[state]"))
+    history = await store.load("alice", session)
+    assert history.turns == [Turn("t1", "q", "a", steps=[step], context="[state]")]
+    assert SessionHistory.from_json(history.to_json()).to_json() == history.to_json()
+    assert list(json.loads(history.to_json())) == ["version", "turns", "state"]
