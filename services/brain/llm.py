@@ -14,13 +14,17 @@ else (a bug, a 4xx caused by a bad request we built) is raised as it is.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import json
 import logging
+import os
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -83,6 +87,169 @@ def _stale_connection(exc: BaseException, answered: bool) -> bool:
 _DONE = object()
 
 
+class _Closed(Exception):
+    """The server closed the connection (or broke HTTP/1.1) before the answer was complete."""
+
+
+class _PlainResponse:
+    """The part of ``httpx.Response`` the client uses: status, headers, the body as lines."""
+
+    def __init__(self, status_code: int, headers: dict[str, str], reader: asyncio.StreamReader,
+                 read_timeout: float, keep_alive: bool) -> None:
+        self.status_code, self.headers = status_code, headers
+        self._reader, self._timeout = reader, read_timeout
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        self._left = None if chunked or length is None else int(length)
+        self._chunked = chunked
+        self.complete = self._left == 0  # the whole body was read
+        self._keep_alive = keep_alive and headers.get("connection", "").lower() != "close"
+
+    def reusable(self) -> bool:
+        """Read to its end on a keep-alive connection: the next request may use it."""
+        return self.complete and self._keep_alive
+
+    async def _pieces(self) -> AsyncIterator[bytes]:
+        reader, timeout = self._reader, self._timeout
+        if self._chunked:
+            while True:
+                async with asyncio.timeout(timeout):
+                    size_line = await reader.readline()
+                if not size_line.endswith(b"\n"):
+                    raise _Closed("the server closed the connection mid-body")
+                size = int(size_line.split(b";", 1)[0], 16)
+                async with asyncio.timeout(timeout):
+                    if size == 0:  # trailers, then the blank line
+                        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                            pass
+                        self.complete = True
+                        return
+                    data = await reader.readexactly(size + 2)
+                yield data[:-2]
+        elif self._left is not None:
+            while self._left > 0:
+                async with asyncio.timeout(timeout):
+                    data = await reader.read(min(self._left, 65536))
+                if not data:
+                    raise _Closed("the server closed the connection mid-body")
+                self._left -= len(data)
+                yield data
+            self.complete = True
+        else:  # no framing: the body ends with the connection
+            while True:
+                async with asyncio.timeout(timeout):
+                    data = await reader.read(65536)
+                if not data:
+                    return
+                yield data
+
+    async def aread(self) -> bytes:
+        return b"".join([piece async for piece in self._pieces()])
+
+    async def aiter_lines(self) -> AsyncIterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        async for piece in self._pieces():
+            pending += decoder.decode(piece)
+            lines = pending.splitlines(keepends=True)
+            pending = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
+            for line in lines:
+                yield line.rstrip("\r\n")
+        pending += decoder.decode(b"", final=True)
+        if pending:
+            yield pending
+
+
+class PlainHTTP:
+    """A minimal HTTP/1.1 client for a plain-http LLM server (what a local llama-server or vLLM
+    is): keep-alive connections to one host, requests with a JSON body, answers read as lines.
+
+    Why not httpx there: its client, httpcore, h11 and anyio layers cost ~1 ms of CPU per
+    streamed request, and every turn makes two (the topic guard's and the reply's) before its
+    first word, on the brain's one event loop. This does the same with asyncio's streams.
+    Connections idle for ``keepalive_expiry_s`` are not reused (see KEEPALIVE_EXPIRY_S); one
+    whose answer was not read to its end (a cancelled turn) is closed, never reused.
+    Failures surface as OSError, TimeoutError or ``_Closed``.
+    """
+
+    def __init__(self, base_url: str, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S) -> None:
+        parts = urlsplit(base_url)
+        self.host, self.port = parts.hostname or "localhost", parts.port or 80
+        self.netloc = parts.netloc.rpartition("@")[2]
+        self.keepalive_expiry_s = keepalive_expiry_s
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
+
+    @staticmethod
+    def usable_for(url: str) -> bool:
+        """Plain http with no proxy configured for it (httpx honours *_PROXY; this does not)."""
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.username or parts.password:
+            return False
+        proxies = urllib.request.getproxies_environment()
+        if not (proxies.get("http") or proxies.get("all")):
+            return True
+        return bool(urllib.request.proxy_bypass_environment(parts.hostname or ""))
+
+    async def _connection(self, connect_timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        now = time.monotonic()
+        while self._idle:
+            reader, writer, since = self._idle.pop()
+            if now - since < self.keepalive_expiry_s and not reader.at_eof():
+                return reader, writer
+            writer.close()
+        async with asyncio.timeout(connect_timeout):
+            return await asyncio.open_connection(self.host, self.port, limit=1 << 20)
+
+    @contextlib.asynccontextmanager
+    async def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str],
+                      connect_timeout: float, read_timeout: float) -> AsyncIterator[_PlainResponse]:
+        reader, writer = await self._connection(connect_timeout)
+        response = None
+        try:
+            head = [f"{method} {path} HTTP/1.1", f"Host: {self.netloc}", "Accept: */*"]
+            head += [f"{name}: {value}" for name, value in headers.items()]
+            if body is not None:
+                head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b""))
+            async with asyncio.timeout(read_timeout):
+                await writer.drain()
+                response = await self._head(reader, read_timeout)
+            yield response
+        finally:
+            if response is not None and response.reusable():
+                self._idle.append((reader, writer, time.monotonic()))
+            else:
+                writer.close()
+
+    @staticmethod
+    async def _head(reader: asyncio.StreamReader, read_timeout: float) -> _PlainResponse:
+        """The status line and headers (interim 1xx answers skipped)."""
+        try:
+            while True:
+                status_line = await reader.readline()
+                if not status_line.endswith(b"\n"):
+                    raise _Closed("the server closed the connection before answering")
+                version, code, *_ = status_line.split(None, 2)
+                fields: dict[str, str] = {}
+                while (line := await reader.readline()).strip():
+                    name, _, value = line.decode("latin-1").partition(":")
+                    fields[name.strip().lower()] = value.strip()
+                if not line:
+                    raise _Closed("the server closed the connection mid-headers")
+                if not 100 <= int(code) < 200:
+                    return _PlainResponse(int(code), fields, reader, read_timeout, version == b"HTTP/1.1")
+        except ValueError as exc:  # not HTTP (or a line past the reader's limit)
+            raise _Closed(f"unreadable answer: {exc}") from exc
+
+    async def aclose(self) -> None:
+        while self._idle:
+            self._idle.pop()[1].close()
+
+
+# BRAIN_LLM_HTTP=httpx: every request through httpx, as before PlainHTTP (for comparison).
+_TRANSPORT = os.environ.get("BRAIN_LLM_HTTP", "plain")
+
+
 class OpenAIChatClient:
     def __init__(
         self,
@@ -113,6 +280,10 @@ class OpenAIChatClient:
         self.temperature = temperature
         self.deadline_s = deadline_s
         self._headers = {"Authorization": f"Bearer {api_key}"}
+        # Plain http to a server of our own (no proxy, no client passed in): PlainHTTP.
+        self._plain = PlainHTTP(base_url) if (http is None and _TRANSPORT != "httpx"
+                                              and PlainHTTP.usable_for(self.url)) else None
+        self._path, self._probe_path = urlsplit(self.url).path, urlsplit(self.probe_url).path
         self._http = http or httpx.AsyncClient(
             timeout=httpx.Timeout(first_token_timeout_s, connect=min(2.0, deadline_s)),
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
@@ -121,6 +292,8 @@ class OpenAIChatClient:
         self._clock = clock
 
     async def aclose(self) -> None:
+        if self._plain is not None:
+            await self._plain.aclose()
         await self._http.aclose()
 
     def payload(self, messages, tools, max_tokens, response_format=None) -> dict[str, Any]:
@@ -217,6 +390,14 @@ class OpenAIChatClient:
 
     async def _alive(self) -> bool:
         """Any HTTP answer (even 404) says the server's process still serves."""
+        if self._plain is not None:
+            try:
+                async with self._plain.request("GET", self._probe_path, None, self._headers,
+                                               self.probe_timeout_s, self.probe_timeout_s) as resp:
+                    await resp.aread()
+                return True
+            except (OSError, TimeoutError, _Closed):
+                return False
         try:
             await self._http.get(self.probe_url, headers=self._headers, timeout=self.probe_timeout_s)
             return True
@@ -224,6 +405,10 @@ class OpenAIChatClient:
             return False
 
     async def _stream_once(self, body: dict[str, Any], give_up_at: float) -> AsyncIterator[ChatChunk]:
+        if self._plain is not None:
+            async for chunk in self._stream_plain(body, give_up_at):
+                yield chunk
+            return
         remaining = max(0.05, give_up_at - self._clock())
         timeout = httpx.Timeout(self.first_token_timeout_s, connect=min(2.0, remaining))
         answered = False
@@ -244,6 +429,35 @@ class OpenAIChatClient:
                         yield chunk
         except (httpx.TransportError, httpx.TimeoutException) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}", stale=_stale_connection(exc, answered)) from exc
+
+
+    async def _stream_plain(self, body: dict[str, Any], give_up_at: float) -> AsyncIterator[ChatChunk]:
+        """``_stream_once`` over PlainHTTP: the same answers, retries and errors as with httpx."""
+        assert self._plain is not None
+        connect = min(2.0, max(0.05, give_up_at - self._clock()))
+        answered = False
+        try:
+            async with self._plain.request("POST", self._path, json.dumps(body).encode(), self._headers,
+                                           connect, self.first_token_timeout_s) as resp:
+                answered = True
+                if resp.status_code == 429:
+                    raise _Retryable("HTTP 429", retry_after=_retry_after(resp.headers.get("retry-after")))
+                if resp.status_code >= 500:
+                    raise _Retryable(f"HTTP {resp.status_code}")
+                if resp.status_code >= 400:
+                    detail = (await resp.aread()).decode(errors="replace")[:300]
+                    raise LLMRequestError(f"HTTP {resp.status_code}: {detail}")
+                async for line in resp.aiter_lines():
+                    chunk = parse_sse_line(line)
+                    if chunk is not None:
+                        yield chunk
+        except TimeoutError as exc:
+            raise _Retryable(f"timed out ({'reading' if answered else 'connecting or waiting'})") from exc
+        except (_Closed, asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as exc:
+            # Closed before any answer: most likely a keep-alive connection the server timed out.
+            raise _Retryable(f"{type(exc).__name__}: {exc}", stale=not answered) from exc
+        except OSError as exc:  # refused, unreachable
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -1,0 +1,139 @@
+"""The LLM client's own HTTP/1.1 transport (PlainHTTP) against a real socket server that frames
+its answers awkwardly: events split mid-line and mid-character across chunks, Content-Length
+bodies, keep-alive, connections closed or abandoned. The retries and failures through it are
+tests/unit/test_llm_failures.py and test_llm_client.py (they run on it: plain http, no proxy)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from services.brain.llm import OpenAIChatClient, PlainHTTP
+
+
+def sse(*texts: str) -> bytes:
+    events = [{"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]} for t in texts]
+    return b"".join(f"data: {json.dumps(e, ensure_ascii=False)}\r\n\r\n".encode() for e in events) + \
+        b"data: [DONE]\r\n\r\n"
+
+
+class Server:
+    """Answers every POST with ``body`` cut into chunks of ``cut`` bytes; counts connections."""
+
+    def __init__(self, body: bytes, cut: int = 7, chunked: bool = True) -> None:
+        self.body, self.cut, self.chunked = body, cut, chunked
+        self.connections = 0
+        self.requests = 0
+        self.hold: asyncio.Event | None = None  # set: the rest of the answer waits for it
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length")), 0)
+                await reader.readexactly(length)
+                self.requests += 1
+                pieces = [self.body[i:i + self.cut] for i in range(0, len(self.body), self.cut)]
+                if self.chunked:
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                                 b"transfer-encoding: chunked\r\n\r\n")
+                    for i, piece in enumerate(pieces):
+                        writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        await writer.drain()
+                        if i == 0 and self.hold is not None:
+                            await self.hold.wait()
+                    writer.write(b"0\r\n\r\n")
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(self.body))
+                    for piece in pieces:
+                        writer.write(piece)
+                        await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+@pytest.fixture
+async def served():
+    servers: list[Server] = []
+
+    async def start(*args, **kwargs) -> tuple[Server, str]:
+        server = Server(*args, **kwargs)
+        servers.append(server)
+        return server, await server.start()
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+async def text_of(chat: OpenAIChatClient) -> str:
+    return "".join([c.text async for c in chat([{"role": "user", "content": "hi"}])])
+
+
+@pytest.mark.parametrize("cut", [1, 5, 7, 64])
+@pytest.mark.parametrize("chunked", [True, False])
+async def test_events_cut_anywhere_come_through_whole(served, cut, chunked):
+    _server, url = await served(sse("Grüße, ", "a table ", "for two — ", "🍝."), cut=cut, chunked=chunked)
+    chat = OpenAIChatClient(url, "m")
+    assert chat._plain is not None
+    assert await text_of(chat) == "Grüße, a table for two — 🍝."
+    await chat.aclose()
+
+
+async def test_a_connection_is_kept_for_the_next_request_and_an_abandoned_one_is_not(served):
+    first_event = len(sse("one ")) - len(b"data: [DONE]\r\n\r\n")
+    server, url = await served(sse("one ", "two ", "three."), cut=first_event)
+    chat = OpenAIChatClient(url, "m")
+    assert await text_of(chat) == "one two three."
+    assert await text_of(chat) == "one two three."
+    assert (server.requests, server.connections) == (2, 1)
+    await chat.aclose()
+
+    http = PlainHTTP(url)
+    server.hold = asyncio.Event()
+    async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+        async for line in resp.aiter_lines():
+            assert "one" in line
+            break  # a barge-in: the rest of the answer is never read
+    server.hold.set()
+    server.hold = None
+    async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+        assert resp.status_code == 200 and b"three." in await resp.aread()  # not the old answer's rest
+    assert (server.requests, server.connections) == (4, 3)
+    await http.aclose()
+
+
+async def test_an_idle_connection_past_its_expiry_is_not_reused(served):
+    server, url = await served(sse("hi."), chunked=False)
+    http = PlainHTTP(url, keepalive_expiry_s=0.0)
+    for _ in range(2):
+        async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+            assert resp.status_code == 200 and b"hi." in await resp.aread()
+    assert (server.requests, server.connections) == (2, 2)
+    await http.aclose()
+
+
+def test_only_plain_http_without_a_proxy_takes_it(monkeypatch):
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert PlainHTTP.usable_for("http://127.0.0.1:8080/v1/chat/completions")
+    assert not PlainHTTP.usable_for("https://api.example.com/v1/chat/completions")
+    assert not PlainHTTP.usable_for("http://user:pw@llm:8080/v1/chat/completions")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    assert not PlainHTTP.usable_for("http://llm:8080/v1/chat/completions")
+    assert OpenAIChatClient("http://llm:8080/v1", "m")._plain is None  # httpx, which honours it
+    monkeypatch.setenv("NO_PROXY", "llm")
+    assert PlainHTTP.usable_for("http://llm:8080/v1/chat/completions")
