@@ -96,6 +96,7 @@ class TurnRun:
     fallback: bool = False
     note: str = ""  # for this turn's model calls only
     context: str | None = None  # the state block of this turn's prompts ("": none; stored with the turn)
+    prompted: bool = False  # a prompt showed the model this turn's steps
     proposed: bool = False  # a write became the pending action: code reads it back
     unreachable: bool = False  # a tool server was down: code says it cannot check
     first_text_at: float | None = None
@@ -155,15 +156,27 @@ class Agent:
         (seconds on a CPU); the LLM server's prompt cache keeps them."""
         started = time.perf_counter()
         messages = build_messages(self.system, [], "Hello.", [], "")
-        try:
-            async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
-                pass
-            if self.guard is not None:
-                await self.guard.check("Hello.")
-        except (LLMUnavailable, LLMRequestError) as exc:
-            log.warning("LLM warm-up failed; the first turn will be slower", extra={"error": str(exc)})
-            return
-        log.info("LLM prompt cache warmed", extra={"seconds": round(time.perf_counter() - started, 2)})
+        warmed = await self._warm("the main prompt", lambda: self._prime(messages))
+        if self.guard is not None:
+            warmed = await self._warm("the guard's prompt", lambda: self.guard.check("Hello.")) and warmed
+        if warmed:
+            log.info("LLM prompt cache warmed", extra={"seconds": round(time.perf_counter() - started, 2)})
+
+    @staticmethod
+    async def _warm(what: str, prime: Callable[[], Awaitable[Any]], attempts: int = 3) -> bool:
+        """The packaged model's ~860-token start takes ~27 s to prefill on two cores, past the
+        client's first-token timeout; the server finishes and caches it all the same, so the
+        next attempt is answered once it is done (and the guard is still warmed after it)."""
+        error: Exception | None = None
+        for _ in range(attempts):
+            try:
+                await prime()
+                return True
+            except (LLMUnavailable, LLMRequestError) as exc:
+                error = exc
+        log.warning("LLM warm-up failed; the first turn will be slower",
+                    extra={"prompt": what, "error": str(error)})
+        return False
 
     # ---- the turn ------------------------------------------------------
     async def respond(self, request: brain_pb2.RespondRequest,
@@ -325,8 +338,14 @@ class Agent:
         reply = turn.reply() or self.sentences.fallback
         turn.record["reply"] = reply
         turn.record["dialog_state"] = turn.state.mode.value
-        # Reached only when the turn completed: nothing half-finished is stored.
-        stored = Turn(request.turn_id, request.text, reply, steps=turn.steps, context=turn.context or "")
+        # Reached only when the turn completed: nothing half-finished is stored. The steps of a
+        # turn code carried alone (a hook's lookup and proposal, read back by code) are left out:
+        # no prompt had them, so no cache needs them, and the next prompt's state block holds
+        # what came of them (the pending action, the collected fields, the references with their
+        # labels). Stored, they were ~420 tokens the LLM server prefilled after the read-back
+        # (10 s on two cores), ahead of the caller's answer to it.
+        steps = turn.steps if turn.prompted else []
+        stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "")
         state = turn.state
 
         def append(history: SessionHistory) -> None:
@@ -486,6 +505,7 @@ class Agent:
             turn.stop = "llm_calls"
 
     def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
+        turn.prompted = True
         if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
             call = dict(turn.request.session_context)
             turn.context = state_block(state_text(turn.state.model_view(turn.note, call)),

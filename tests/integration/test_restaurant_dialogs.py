@@ -186,3 +186,21 @@ async def test_the_mcp_tools_load_through_the_profile_with_a_mcp_source(reservat
         assert names == ["cancel_reservation", "create_reservation", "find_slots", "get_reservation"]
     finally:
         await source.aclose()
+
+
+async def test_a_read_back_by_code_alone_stores_no_tool_steps_and_the_next_prompt_shows_slots(restaurant):
+    make, _, llm = restaurant
+    caller = make()
+    said = await caller.say("A table for two on Friday at seven pm, my name is NAME.")
+    assert said.endswith("Shall I go ahead?")
+    history = await caller.agent.store.load("alice", caller.session)
+    # The hook's find_slots and create_reservation never reached a prompt: nothing to cache.
+    assert history.turns[-1].steps == []
+    llm.requests.clear()
+    await caller.say("What is the address?")  # the model answers; its prompt shows the state
+    [prompt] = [r for r in llm.requests if r.get("max_tokens") != 1 and not is_guard(r)
+                and "response_format" not in r][:1]  # not the prefill, the guard or the yes/no check
+    state = next(m["content"] for m in prompt["messages"] if str(m["content"]).startswith("Session state:"))
+    assert '"awaiting_confirmation": "a table for 2 on Friday' in state
+    assert '"S1": "Friday, December 4th at 7 pm"' in state and '"S2": ' in state
+    assert not any(m.get("role") == "tool" for m in prompt["messages"])

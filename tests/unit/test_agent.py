@@ -450,3 +450,24 @@ async def test_the_yes_no_classifier_goes_to_the_side_client_not_the_main_slot(r
     await main.aclose()
     await side.aclose()
     await redis.aclose()
+
+
+async def test_a_warm_up_slower_than_the_first_token_timeout_is_asked_again_then_the_guard_is_warmed(
+        redis_url, scripted_llm):
+    # The first prefill outlasts the client's first-token timeout (as the packaged model's ~860
+    # tokens do on two cores); the server caches it anyway, so the next ask is answered at once.
+    asked: list[str] = []
+
+    def script(body):
+        asked.append("guard" if is_guard(body) else "main")
+        return {"content": "ALLOW" if is_guard(body) else "Hi.", "delay_s": 1.0 if len(asked) == 1 else 0}
+
+    scripted_llm.script = script
+    redis = aioredis.Redis.from_url(redis_url)
+    settings = BrainSettings(llm_base_url=scripted_llm.base_url)
+    chat = OpenAIChatClient(settings.llm_base_url, "m", first_token_timeout_s=0.3, deadline_s=0.3)
+    agent = Agent(settings, chat, SessionStore(redis, 60), guard=TopicGuard(chat, "answering questions"))
+    await agent.warm_up()
+    assert asked == ["main", "main", "guard"]
+    await chat.aclose()
+    await redis.aclose()
