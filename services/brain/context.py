@@ -47,10 +47,7 @@ def turn_messages(turn: Turn, full: bool) -> list[dict[str, Any]]:
 
 
 def state_text(state: dict[str, Any]) -> str:
-    """The block's text: top-level fields in the order given (``SessionState.model_view``: what
-    changes least first), everything inside them sorted, so equal states give equal bytes."""
-    fields = {key: json.loads(json.dumps(value, sort_keys=True)) for key, value in state.items()}
-    return "Session state: " + json.dumps(fields, ensure_ascii=False)
+    return "Session state: " + json.dumps(state, sort_keys=True, ensure_ascii=False)
 
 
 def shown_turns(turns: list[Turn], recent_turns: int, max_turns: int) -> tuple[list[Turn], int]:

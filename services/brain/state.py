@@ -112,22 +112,17 @@ class SessionState(BaseModel):
 
     # ---- what the model sees -------------------------------------------
     def model_view(self, note: str = "", call: dict[str, str] | None = None) -> dict[str, Any]:
-        """What the model is shown, in this order: what changes least first (the call, what was
-        collected, the references), then the dialog's moment (mode, pending action, this turn's
-        note). A block that differs from the one the LLM server cached after the last reply then
-        still shares its start with it, and only the changed tail is prefilled at the endpoint."""
-        view: dict[str, Any] = {}
+        view: dict[str, Any] = {"dialog_state": self.mode.value}
         if call:
             view["call"] = dict(sorted(call.items()))  # the call's metadata: data, not the caller's words
         if self.task:
             view["collected"] = self.task
-        if self.refs:
-            view["references"] = {ref: entry.label for ref, entry in self.refs.items()}
-        if self.last_outcome:
-            view["last_outcome"] = self.last_outcome
-        view["dialog_state"] = self.mode.value
         if self.pending is not None:
             view["awaiting_confirmation"] = self.pending.action
+        if self.last_outcome:
+            view["last_outcome"] = self.last_outcome
+        if self.refs:
+            view["references"] = {ref: entry.label for ref, entry in self.refs.items()}
         if note:
             view["note"] = note
         return view

@@ -9,7 +9,6 @@ issue 11's findings, judged by what the reservation server recorded.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
@@ -78,9 +77,8 @@ async def restaurant(reservations_url, redis_url, scripted_llm, monkeypatch):
     chat = OpenAIChatClient(scripted_llm.base_url, "m", deadline_s=0.5)
     scripted_llm.script = talker
 
-    def make(guard: bool = False, prefill: bool = False) -> Caller:
-        settings = BrainSettings(llm_base_url=scripted_llm.base_url, prefill_after_reply=prefill)
-        agent = Agent(settings, chat, SessionStore(redis, 60),
+    def make(guard: bool = False) -> Caller:
+        agent = Agent(BrainSettings(llm_base_url=scripted_llm.base_url), chat, SessionStore(redis, 60),
                       tools=registry, profile=profile, hooks=load_hooks(profile.hooks, profile),
                       guard=TopicGuard(chat, profile.purpose) if guard else None)
         return Caller(agent)
@@ -206,24 +204,3 @@ async def test_a_read_back_by_code_alone_stores_no_tool_steps_and_the_next_promp
     assert '"awaiting_confirmation": "a table for 2 on Friday' in state
     assert '"S1": "Friday, December 4th at 7 pm"' in state and '"S2": ' in state
     assert not any(m.get("role") == "tool" for m in prompt["messages"])
-
-
-async def test_after_a_read_back_the_next_state_block_is_prefilled_and_a_correction_shares_its_start(
-        restaurant):
-    make, _, llm = restaurant
-    caller = make(prefill=True)
-    await caller.say("A table for two on Friday at seven pm, my name is NAME.")
-    await asyncio.gather(*caller.agent._background)  # the prefill after the reply
-    prefill = [r for r in llm.requests if r.get("max_tokens") == 1][-1]
-    primed = prefill["messages"][-2]["content"]
-    assert primed.startswith("Session state:") and '"awaiting_confirmation"' in primed
-    assert prefill["messages"][-1] == {"role": "user", "content": ""}
-    llm.requests.clear()
-    await caller.say("Could you make it a little later in the evening please")
-    [prompt] = [r for r in llm.requests if r.get("max_tokens") != 1 and not is_guard(r)
-                and "response_format" not in r][:1]
-    block = [m["content"] for m in prompt["messages"] if str(m["content"]).startswith("Session state:")][-1]
-    # The correction's note is new; what was collected and the references, before it, were cached.
-    assert '"note"' in block and '"note"' not in primed
-    stable = block[:block.index('"dialog_state"')]
-    assert '"references"' in stable and primed.startswith(stable)
