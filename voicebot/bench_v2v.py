@@ -217,6 +217,39 @@ def summarise(turns: list[Turn]) -> dict[str, Any]:
                           for s in STAGES}}
 
 
+async def stt_decodes(metrics_port: int) -> dict[str, Any]:
+    """Where the stt stage goes, from the STT's own metrics over the whole run: decodes by kind
+    (count, mean time, mean wait for the one worker) and where each final's text came from."""
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)).text
+    return parse_stt_decodes(text)
+
+
+def parse_stt_decodes(text: str) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums: dict[tuple[str, str], float] = {}
+    finals: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if family.name in ("voicebot_stt_decode_seconds", "voicebot_stt_decode_wait_seconds") and (
+                    sample.name.endswith(("_sum", "_count"))):
+                sums[(sample.name, sample.labels["kind"])] = sample.value
+            elif family.name == "voicebot_stt_finals" and sample.name.endswith("_total"):
+                finals[sample.labels["source"]] = int(sample.value)
+    def mean_ms(metric: str, kind: str) -> int | None:
+        count = sums.get((f"{metric}_count", kind), 0)
+        return round(1000 * sums.get((f"{metric}_sum", kind), 0) / count) if count else None
+
+    kinds = {kind: {"decodes": int(sums.get(("voicebot_stt_decode_seconds_count", kind), 0)),
+                    "mean_ms": mean_ms("voicebot_stt_decode_seconds", kind),
+                    "mean_wait_ms": mean_ms("voicebot_stt_decode_wait_seconds", kind)}
+             for kind in ("final", "speculative", "partial")}
+    return {"by_kind": kinds, "finals_by_source": finals}
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
     def cell(value: dict[str, Any]) -> str:
         p50, p95 = value["p50"], value["p95"]
@@ -258,6 +291,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         runs["booking, first request (rules)"] = booking[::len(BOOKING)]
         runs["booking via the model"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
         results = {case: summarise(turns) for case, turns in runs.items()}
+        results["stt_decodes"] = await stt_decodes(stt.ready["metrics"])
     finally:
         stack.stop()
     on, off = (results[c]["client_v2v_ms"]["p50"] for c in ("questions, guard on", "questions, guard off"))
@@ -273,7 +307,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = asyncio.run(main_async(args.rounds))
     print()
-    print(table({k: v for k, v in results.items() if isinstance(v, dict)}))
+    print(table({k: v for k, v in results.items() if isinstance(v, dict) and "turns" in v}))
+    print("\nSTT decodes:", json.dumps(results["stt_decodes"]))
     print(f"\nguard adds {results['guard_adds_to_p50']:+.0%} to the p50" if results["guard_adds_to_p50"]
           is not None else "")
     print(json.dumps({"bench": "v2v", "results": results}, indent=2))

@@ -23,3 +23,23 @@ def test_a_piece_that_comes_late_is_the_silence_the_caller_hears():
 def test_jitter_below_the_threshold_is_not_a_gap_and_the_next_reply_is_not_counted():
     events = [*frames(0.0, 0.12, 0.24), (0.4, "audio.end", 0), *frames(5.0)]
     assert longest_gap(events, RATE) == 0
+
+
+def test_the_stt_summary_reads_decodes_by_kind_and_finals_by_source_from_the_metrics_text():
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from voicebot.bench_v2v import parse_stt_decodes
+
+    registry = CollectorRegistry()
+    decode = Histogram("voicebot_stt_decode_seconds", "", ["kind"], registry=registry)
+    wait = Histogram("voicebot_stt_decode_wait_seconds", "", ["kind"], registry=registry)
+    finals = Counter("voicebot_stt_finals_total", "", ["source"], registry=registry)
+    for seconds in (0.2, 0.4):
+        decode.labels("speculative").observe(seconds)
+    wait.labels("speculative").observe(0.1)
+    wait.labels("speculative").observe(0.3)
+    finals.labels("reused").inc(3)
+    summary = parse_stt_decodes(generate_latest(registry).decode())
+    assert summary["by_kind"]["speculative"] == {"decodes": 2, "mean_ms": 300, "mean_wait_ms": 200}
+    assert summary["by_kind"]["final"] == {"decodes": 0, "mean_ms": None, "mean_wait_ms": None}
+    assert summary["finals_by_source"] == {"reused": 3}
