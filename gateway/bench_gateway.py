@@ -64,9 +64,11 @@ VARIANTS = {
     "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
     "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
     "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0"},
-    # Not a default (GATEWAY_STT_PLAYBACK_BATCH_MS=0): it saves CPU, but the bot's audio then
-    # stops up to 100 ms after the caller starts speaking over it (make bench-bargein).
-    "playback-batch": {"GATEWAY_STT_PLAYBACK_BATCH_MS": "100"},
+    # Every frame to STT at once while the reply plays (the default before the loud-frame gate).
+    "no-playback-batch": {"GATEWAY_STT_PLAYBACK_BATCH_MS": "0"},
+    # Held audio goes only once 100 ms of it waits, however loud a frame: the bot's audio then
+    # stopped up to 100 ms after the caller started speaking over it (make bench-bargein).
+    "no-loud-gate": {"GATEWAY_STT_HOLD_UNTIL_RMS": "0"},
     "interceptor": {"GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},

@@ -318,7 +318,7 @@ class Call:
                             on_event=self._on_stt_event, on_ended=self._on_stt_ended,
                             on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
                             max_message_bytes=self.settings.stt_max_message_bytes,
-                            hold_ms=self._stt_hold_ms,
+                            hold_ms=self._stt_hold_ms, loud_rms=self.settings.stt_hold_until_rms,
                             reconnected=lambda: self.upstreams.reconnected("stt"))
         return self._stt
 

@@ -11,7 +11,9 @@ the next one arrives, so there is nothing to merge. While no utterance is open a
 being made, nothing waits on STT but the onset of the next utterance, so the link holds some
 audio per message there (a few tens of ms later ``SpeechStarted`` costs nothing: the endpoint,
 partials and barge-in confirmation all happen with the utterance open, when every frame goes
-at once). The call says how much it may hold now (``hold_ms``).
+at once). The call says how much it may hold now (``hold_ms``). A loud frame ends the hold at
+once (``loud_rms``): the held audio goes with it, so what is merged is quiet audio, and the onset
+of speech (a barge-in's pause included) waits on nothing whenever it is louder than that.
 
 Why back off: a stream the STT refuses (``RESOURCE_EXHAUSTED``, its stream cap) or cannot
 serve (down, restarting) used to be reopened by the very next frame, 50 times a second, with
@@ -32,6 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
+import numpy as np
 
 from gateway.metrics import STT_FAILURES, STT_FRAMES, STT_MESSAGES, STT_STREAMS
 from voicebot.v1 import stt_pb2
@@ -69,6 +72,12 @@ class AudioOutbox:
         # What the waiting ``take`` holds out for: frames below it do not wake it (a task
         # switch per frame would cost more than the gRPC write it saves).
         self._wake_at_bytes = 0
+        self._flush = False  # the waiting ``take`` returns what there is, held or not
+
+    @property
+    def holding(self) -> bool:
+        """A ``take`` is waiting for more audio than there is."""
+        return self._wake_at_bytes > 0
 
     def __len__(self) -> int:
         return self._frames
@@ -92,7 +101,12 @@ class AudioOutbox:
         self._ready.set()
 
     def wake(self) -> None:
-        """Whatever is held goes now (the caller's state changed: an utterance, a reply)."""
+        """The caller's state changed (an utterance, a reply): ``take`` asks how much to hold again."""
+        self._ready.set()
+
+    def flush(self) -> None:
+        """Whatever is held goes now, however much the hold asks for."""
+        self._flush = True
         self._ready.set()
 
     def keep_tail(self, max_frames: int) -> None:
@@ -113,12 +127,13 @@ class AudioOutbox:
         """Wait for something, then return it all: runs of audio merged into one message each."""
         while True:
             hold = hold_bytes()
-            if self._items and (self._bytes >= hold or not isinstance(self._items[-1], tuple)):
+            if self._items and (self._flush or self._bytes >= hold or not isinstance(self._items[-1], tuple)):
                 break
             self._wake_at_bytes = hold
             self._ready.clear()
             await self._ready.wait()
         self._wake_at_bytes = 0
+        self._flush = False
         out: list[bytes | stt_pb2.UtteranceContext | None] = []
         audio: list[bytes] = []
         size = 0
@@ -144,6 +159,12 @@ class AudioOutbox:
         return out
 
 
+def mean_square(pcm16: bytes) -> float:
+    """The frame's power (the square of its RMS), PCM16 samples."""
+    samples = np.frombuffer(pcm16, dtype=np.int16, count=len(pcm16) // 2).astype(np.float32)
+    return float(samples @ samples) / max(1, len(samples))
+
+
 class SttLink:
     """Owns the call's STT stream. ``on_event`` gets every RecognizeEvent; ``on_ended`` runs
     whenever a stream ends (no recogniser: a pending barge-in must not wait); ``on_down`` runs
@@ -155,7 +176,7 @@ class SttLink:
                  on_ended: Callable[[], Awaitable[None]],
                  on_down: Callable[[grpc.StatusCode, str], Awaitable[None]],
                  max_frames: int, max_message_bytes: int, replay_ms: int = 600,
-                 hold_ms: Callable[[], int] = lambda: 0,
+                 hold_ms: Callable[[], int] = lambda: 0, loud_rms: int = 0,
                  backoff: Backoff | None = None,
                  reconnected: Callable[[], Awaitable[None]] | None = None) -> None:
         self._open, self._config = open_stream, config
@@ -163,6 +184,8 @@ class SttLink:
         self._bytes_per_ms = config.sample_rate * 2 / 1000
         self._replay_frames = max(0, replay_ms // 20)
         self._hold_ms = hold_ms  # how much audio may wait for a message now (0: every frame at once)
+        # A frame at least this loud (RMS, PCM16) ends a hold: the held audio goes with it. 0: never.
+        self._loud_square = float(loud_rms) ** 2
         self._backoff = backoff or Backoff()
         # Returns once the STT channel is connected again after being down (see ``_pause``).
         self._reconnected = reconnected
@@ -191,6 +214,8 @@ class SttLink:
         if not self.outbox.put_audio(frame, now):
             return False
         self._stamp(len(frame), now)
+        if self._loud_square and self.outbox.holding and mean_square(frame) >= self._loud_square:
+            self.outbox.flush()
         return True
 
     def wake(self) -> None:

@@ -4,14 +4,16 @@ reply frames; and the Origin allow-list."""
 from __future__ import annotations
 
 import asyncio
+import time
 
+import numpy as np
 import pytest
 
 from gateway.origin import OriginPolicy
 from gateway.phrases import PhraseCoalescer
 from gateway.playout import Playout
 from gateway.spoken import SpokenTracker
-from gateway.stt_link import AudioOutbox, Backoff
+from gateway.stt_link import AudioOutbox, Backoff, SttLink
 from voicebot.v1 import stt_pb2
 
 RATE = 16000
@@ -64,6 +66,53 @@ def test_audio_waiting_for_stt_goes_as_one_message_and_contexts_keep_their_place
         assert [len(m) for m in await box.take()] == [400]
 
     asyncio.run(scenario())
+
+
+def tone(rms: float, ms: int = 20) -> bytes:
+    t = np.arange(ms * RATE // 1000) / RATE
+    return (np.sin(2 * np.pi * 220 * t) * rms * np.sqrt(2)).astype(np.int16).tobytes()
+
+
+@pytest.mark.parametrize(("loud_rms", "onset_waits"), [(100, False), (0, True)])
+async def test_held_quiet_audio_goes_with_the_first_loud_frame(loud_rms, onset_waits):
+    """While audio may wait for a message (nothing happens, or the reply plays), quiet frames are
+    merged; the first frame louder than ``loud_rms`` goes at once, with the held ones before it.
+    Without the gate (0) it waits like the rest: that is the latency the gate takes away."""
+    sent: list[tuple[float, int, float]] = []  # (time, bytes, loudest RMS of the message)
+
+    def open_stream(requests):
+        async def events():
+            async for request in requests:
+                if request.WhichOneof("request") == "audio":
+                    pcm = np.frombuffer(request.audio, dtype=np.int16).astype(np.float32)
+                    loudest = max(float(np.sqrt(np.mean(f ** 2))) for f in pcm.reshape(-1, 20 * MS // 2))
+                    sent.append((time.perf_counter(), len(request.audio), loudest))
+            yield  # never: the link's stream ends when it closes
+
+        return events()
+
+    async def nothing(*_args) -> None:
+        return None
+
+    link = SttLink(open_stream, stt_pb2.RecognitionConfig(sample_rate=RATE), on_event=nothing,
+                   on_ended=nothing, on_down=nothing, max_frames=100, max_message_bytes=64_000,
+                   hold_ms=lambda: 100, loud_rms=loud_rms)
+    quiet, loud = tone(30), tone(1000)
+    assert all(link.send(quiet, time.perf_counter()) for _ in range(5))  # 100 ms: one message
+    await asyncio.sleep(0.05)
+    for _ in range(2):  # 40 ms of quiet: held (under 100 ms)
+        link.send(quiet, time.perf_counter())
+        await asyncio.sleep(0.005)
+    onset_at = time.perf_counter()
+    link.send(loud, onset_at)
+    await asyncio.sleep(0.3)
+    first_loud = next((i for i, m in enumerate(sent) if m[2] > 500), None)
+    if onset_waits:
+        assert first_loud is None  # 60 ms held, under the 100 the hold asks for: still waiting
+    else:
+        assert first_loud == 1 and sent[1][1] == 3 * 20 * MS  # at once, with the quiet it followed
+        assert sent[0][1] == 5 * 20 * MS and sent[0][2] < 100
+    await link.close()
 
 
 def test_a_full_outbox_refuses_and_a_tail_is_kept_while_no_stream_takes_audio():
