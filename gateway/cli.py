@@ -18,7 +18,7 @@ import time
 from gateway.call_result import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
 from voicebot.common.audio import write_wav
 
-STAGES = ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")
+STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_voice")
 
 
 async def call(url: str, token: str, wav: str | None = None, text: str | None = None,

@@ -101,6 +101,7 @@ class StageMs(Message):
     endpoint: int | None
     stt: int | None
     llm_ttft: int | None
+    first_clause: int | None = None
     tts_ttfa: int | None
     voice_to_voice: int | None
 

@@ -50,6 +50,9 @@ class TurnTimings:
             "endpoint": span(self.speech_end, self.end_of_utterance),
             "stt": span(self.end_of_utterance, self.final_transcript),
             "llm_ttft": span(self.brain_request, self.first_delta),
+            # From the first text to TTS starting its first piece: the tokens the model writes
+            # before the first clause TTS may speak is complete (TTS_FIRST_CLAUSE_*).
+            "first_clause": span(self.first_delta, self.first_sentence_ready),
             # From the first complete sentence reaching TTS to its first audio: the
             # time spent waiting for the LLM to finish that sentence is not TTS's.
             "tts_ttfa": span(self.first_sentence_ready or self.first_tts_text, self.first_audio),

@@ -4,7 +4,7 @@ Spoken turns (piper and espeak-ng voices at several speeds) stream over the
 gateway's WebSocket in real-time 20 ms frames, silence between them, as a
 caller's microphone does. For each turn the client measures end of speech (its
 last speech frame sent) → first reply audio received, and reads the gateway's
-per-stage ``turn.metrics`` (endpoint, stt, llm_ttft, tts_ttfa). The caller
+per-stage ``turn.metrics`` (endpoint, stt, llm_ttft, first_clause, tts_ttfa). The caller
 listens to the whole reply before speaking again. Cases, in one run:
 
 - ``questions, guard on`` / ``guard off``: questions only the model can answer;
@@ -60,9 +60,11 @@ QUESTIONS = [
 # family"), so the case measured the STT, not the booking path.
 BOOKING = [
     "I would like a table for two on Friday at seven pm and my name is Robin",  # rules: read back by code
-    "Could you make it a little later in the evening please",  # the model proposes
-    "Could we have a table for the whole family instead because we are four",
-    "What about the same time on Saturday instead",
+    # Corrections (dialog rules) whose new values the restaurant's hooks cannot read, so the
+    # model proposes; "we are four" or "on Saturday" the hooks would carry by rule.
+    "Could you make it a little later in the evening please",
+    "Actually one more person is coming with us",
+    "Could we do the day after instead",
 ]
 BOOKING_VOICES = [("piper", 0)]
 STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_voice", "longest_gap")
@@ -122,9 +124,8 @@ class Microphone:
     async def say(self, pcm: bytes, timeout: float = 60.0) -> tuple[float | None, dict[str, Any], str]:
         """Speak, wait for the reply to be heard out; (end of speech → first audio ms, stages, reply).
 
-        The stages are the gateway's ``turn.metrics`` and two the client measures: ``first_clause``
-        (first reply text → first audio, less TTS's own time: waiting for the first piece TTS
-        may speak) and ``longest_gap`` (the longest the caller's playback ran dry mid-reply)."""
+        The stages are the gateway's ``turn.metrics`` and one the client measures: ``longest_gap``
+        (the longest the caller's playback ran dry mid-reply: a piece of it came late)."""
         mark = len(self.received)
         self.last_speech_sent = None
         self.pending += [pcm[i:i + FRAME].ljust(FRAME, b"\0") for i in range(0, len(pcm), FRAME)]
@@ -141,9 +142,6 @@ class Microphone:
         first_audio = next((t for t, kind, _ in events if kind == "audio" and ended and t > ended), None)
         metrics = dict(next((e["ms"] for _, kind, e in events if kind == "turn.metrics"), {}))
         reply = next((e.get("text", "") for _, kind, e in events if kind == "reply.done"), "")
-        first_text = next((t for t, kind, _ in events if kind == "reply.delta"), None)
-        if first_audio and first_text and metrics.get("tts_ttfa") is not None:
-            metrics["first_clause"] = max(0, round((first_audio - first_text) * 1000) - metrics["tts_ttfa"])
         metrics["longest_gap"] = longest_gap(events, self.output_rate) if first_audio else None
         await asyncio.sleep(0.6)  # the client's playback buffer drains: the caller heard it all
         return (first_audio - ended) * 1000 if first_audio and ended else None, metrics, reply

@@ -76,8 +76,8 @@ def test_a_sentence_tts_could_not_speak_was_not_heard():
 def test_stage_timings_are_measured_from_the_end_of_speech():
     t = TurnTimings(speech_end=10.0, end_of_utterance=10.3, final_transcript=10.4, brain_request=10.4,
                     first_delta=10.6, first_tts_text=10.6, first_sentence_ready=10.7, first_audio=10.75)
-    assert t.stages_ms() == {"endpoint": 300, "stt": 100, "llm_ttft": 200, "tts_ttfa": 50,
-                             "voice_to_voice": 750}
+    assert t.stages_ms() == {"endpoint": 300, "stt": 100, "llm_ttft": 200, "first_clause": 100,
+                             "tts_ttfa": 50, "voice_to_voice": 750}
     typed = TurnTimings(brain_request=1.0, first_delta=1.2, first_tts_text=1.2, first_audio=1.5)
     assert typed.stages_ms()["endpoint"] is None and typed.stages_ms()["voice_to_voice"] == 500
 
