@@ -21,6 +21,7 @@ import logging
 import os
 import time
 import urllib.request
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -167,17 +168,20 @@ class PlainHTTP:
     Why not httpx there: its client, httpcore, h11 and anyio layers cost ~1 ms of CPU per
     streamed request, and every turn makes two (the topic guard's and the reply's) before its
     first word, on the brain's one event loop. This does the same with asyncio's streams.
-    Connections idle for ``keepalive_expiry_s`` are not reused (see KEEPALIVE_EXPIRY_S); one
+    Connections idle for ``keepalive_expiry_s`` are closed, not reused (see KEEPALIVE_EXPIRY_S),
+    and at most ``max_idle`` are kept (httpx's default keep-alive limit); one
     whose answer was not read to its end (a cancelled turn) is closed, never reused.
     Failures surface as OSError, TimeoutError or ``_Closed``.
     """
 
-    def __init__(self, base_url: str, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S) -> None:
+    def __init__(self, base_url: str, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S,
+                 max_idle: int = 20) -> None:
         parts = urlsplit(base_url)
         self.host, self.port = parts.hostname or "localhost", parts.port or 80
         self.netloc = parts.netloc.rpartition("@")[2]
-        self.keepalive_expiry_s = keepalive_expiry_s
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
+        self.keepalive_expiry_s, self.max_idle = keepalive_expiry_s, max_idle
+        # Oldest first: the newest is reused, the expired are closed from the front.
+        self._idle: deque[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = deque()
 
     @staticmethod
     def usable_for(url: str) -> bool:
@@ -191,10 +195,10 @@ class PlainHTTP:
         return bool(urllib.request.proxy_bypass_environment(parts.hostname or ""))
 
     async def _connection(self, connect_timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        now = time.monotonic()
+        self._close_expired(time.monotonic())
         while self._idle:
-            reader, writer, since = self._idle.pop()
-            if now - since < self.keepalive_expiry_s and not reader.at_eof():
+            reader, writer, _since = self._idle.pop()
+            if not reader.at_eof():
                 return reader, writer
             writer.close()
         async with asyncio.timeout(connect_timeout):
@@ -216,10 +220,21 @@ class PlainHTTP:
                 response = await self._head(reader, read_timeout)
             yield response
         finally:
+            now = time.monotonic()
             if response is not None and response.reusable():
-                self._idle.append((reader, writer, time.monotonic()))
+                self._idle.append((reader, writer, now))
             else:
                 writer.close()
+            self._close_expired(now)
+
+    def _close_expired(self, now: float) -> None:
+        while self._idle and (len(self._idle) > self.max_idle
+                              or now - self._idle[0][2] >= self.keepalive_expiry_s):
+            self._idle.popleft()[1].close()
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
 
     @staticmethod
     async def _head(reader: asyncio.StreamReader, read_timeout: float) -> _PlainResponse:

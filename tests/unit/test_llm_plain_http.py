@@ -126,6 +126,31 @@ async def test_an_idle_connection_past_its_expiry_is_not_reused(served):
     await http.aclose()
 
 
+async def test_idle_connections_are_capped_and_the_expired_closed(served):
+    server, url = await served(sse("hi."), chunked=False)
+    http = PlainHTTP(url, keepalive_expiry_s=0.3, max_idle=2)
+
+    async def one() -> None:
+        async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+            await resp.aread()
+
+    async def held(release: asyncio.Event) -> None:
+        async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+            await resp.aread()
+            await release.wait()
+
+    release = asyncio.Event()
+    tasks = [asyncio.create_task(held(release)) for _ in range(4)]  # four at once: four connections
+    await asyncio.sleep(0.2)
+    release.set()
+    await asyncio.gather(*tasks)
+    assert server.connections == 4 and http.idle == 2  # two kept, two closed
+    await asyncio.sleep(0.4)
+    await one()  # the kept ones expired meanwhile: closed, and a new one opened
+    assert server.connections == 5 and http.idle == 1
+    await http.aclose()
+
+
 def test_only_plain_http_without_a_proxy_takes_it(monkeypatch):
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
