@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 
-# Latin punctuation needs whitespace after it (what TTS's segmenter cuts on), full-width does not.
-_BOUNDARY = re.compile(r"[.!?…,;:][\"'”’)\]]*\s|[。！？，、；：]|\n")
+# Latin punctuation needs whitespace after it (what TTS's segmenter cuts on), full-width does not;
+# nor does a comma (; :) right after a letter: "Yes," is a clause whatever comes next, so it goes
+# at once instead of one token later ("1," may still become "1,000").
+_BOUNDARY = re.compile(r"[.!?…,;:][\"'”’)\]]*\s|(?<=[^\W\d_])[,;:]$|[。！？，、；：]|\n")
 
 
 class PhraseCoalescer:

@@ -41,7 +41,9 @@ _BOUNDARY = re.compile(
     r"|(?P<wide>[。！？]+)(?P<wide_close>[」』”’)\]]*)(?P<wide_space>\s*)"  # full-width: no space needed
     r"|(?P<newline>\n+)"
 )
-_CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|[，、；：]")
+# A comma (; :) after a letter ends a clause even at the end of the text so far ("Yes,"): the
+# first piece need not wait for the next token. After a digit it waits: "1," may be "1,000".
+_CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|(?<=[^\W\d_])[,;:]$|[，、；：]")
 # A clause cut leaves at least this much on its left, so no two-word fragments.
 MIN_CLAUSE_CHARS = 12
 

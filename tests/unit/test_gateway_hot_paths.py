@@ -29,9 +29,15 @@ def coalesce(deltas: list[str], max_chars: int = 160) -> list[tuple[int, str]]:
 
 
 def test_a_phrase_goes_with_the_delta_that_completes_its_boundary():
-    # Tokens with leading spaces (how LLMs stream): the boundary is complete at " I".
+    # Tokens with leading spaces (how LLMs stream): a full stop is complete at the next token
+    # (" See"), a comma after a word at once: "Sure," is a clause whatever follows.
     deltas = ["Sure", ",", " I", " can", " help", ".", " See", " you", " at", " seven", "."]
-    assert coalesce(deltas) == [(2, "Sure, I"), (6, " can help. See"), (11, " you at seven.")]
+    assert coalesce(deltas) == [(1, "Sure,"), (6, " I can help. See"), (11, " you at seven.")]
+
+
+def test_a_comma_after_a_digit_waits_for_the_next_token():
+    assert coalesce(["It costs 1", ",", "000", " dollars", ",", " yes"]) == [
+        (4, "It costs 1,000 dollars,"), (6, " yes")]
 
 
 def test_trailing_space_tokens_release_at_the_space():

@@ -116,6 +116,14 @@ def test_by_default_a_reply_opening_with_yes_is_spoken_from_its_comma():
     assert pieces == ["Yes,", "we offer vegetarian dishes.", "Anything else?"]
 
 
+def test_the_first_comma_after_a_word_cuts_without_waiting_for_the_next_token():
+    seg = SentenceSegmenter(first_clause_chars=3, first_clause_words=8)
+    assert seg.push("Yes") == [] and seg.push(",") == ["Yes,"]
+    seg = SentenceSegmenter(first_clause_chars=3, first_clause_words=8)
+    assert seg.push("It costs 1") == [] and seg.push(",") == []  # "1," may become "1,000"
+    assert seg.push("000 dollars, yes.") == ["It costs 1,000 dollars,"]
+
+
 def test_only_the_first_piece_is_cut_early():
     seg = SentenceSegmenter(first_clause_chars=12, first_clause_words=8)
     later = "We also have a terrace, which is heated in winter."
