@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from services.brain.llm import OpenAIChatClient, PlainHTTP
+from services.brain.llm import OpenAIChatClient, PlainHTTP, _Closed
 
 
 def sse(*texts: str) -> bytes:
@@ -162,3 +162,42 @@ def test_only_plain_http_without_a_proxy_takes_it(monkeypatch):
     assert OpenAIChatClient("http://llm:8080/v1", "m")._plain is None  # httpx, which honours it
     monkeypatch.setenv("NO_PROXY", "llm")
     assert PlainHTTP.usable_for("http://llm:8080/v1/chat/completions")
+
+
+async def raw_server(answer: bytes, stall_after: bool = False) -> tuple[asyncio.Server, str]:
+    """Answers every request with ``answer`` as it is; then stalls (keeps the connection) or not."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        if stall_after:
+            await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+
+
+async def test_a_broken_chunk_size_is_a_closed_connection_not_a_crash():
+    server, url = await raw_server(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n")
+    http = PlainHTTP(url)
+    with pytest.raises(_Closed):
+        async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+            await resp.aread()
+    server.close()
+
+
+async def test_the_read_timeout_counts_only_while_reading_not_while_the_caller_holds_a_piece():
+    body = sse("one ", "two.")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    half = body[:len(body) // 2]
+    server, url = await raw_server(head + b"%x\r\n%s\r\n" % (len(half), half), stall_after=True)
+    http = PlainHTTP(url)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TimeoutError):
+        async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 0.2) as resp:
+            async for _line in resp.aiter_lines():
+                await asyncio.sleep(0.3)  # the caller is slow: that is not the server's silence
+    waited = asyncio.get_running_loop().time() - started
+    assert waited >= 0.2 + 0.3  # timed out on the read after the slow caller, not during it
+    server.close()
