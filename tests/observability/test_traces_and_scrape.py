@@ -28,7 +28,7 @@ from voicebot.common.audio import float_to_pcm16, write_wav
 from voicebot.devstack import Stack, free_port, start_brain_and_gateway, start_speech
 
 pytestmark = pytest.mark.integration
-STAGES = ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice")
+STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_voice")
 
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
