@@ -88,6 +88,23 @@ def _stale_connection(exc: BaseException, answered: bool) -> bool:
 _DONE = object()
 
 
+async def _answer(resp: Any) -> AsyncIterator[ChatChunk]:
+    """The server's answer to a streamed chat request, the same over httpx and PlainHTTP: a
+    status worth another try raises ``_Retryable``, a refused request ``LLMRequestError``;
+    otherwise its chunks."""
+    if resp.status_code == 429:
+        raise _Retryable("HTTP 429", retry_after=_retry_after(resp.headers.get("retry-after")))
+    if resp.status_code >= 500:
+        raise _Retryable(f"HTTP {resp.status_code}")
+    if resp.status_code >= 400:
+        detail = (await resp.aread()).decode(errors="replace")[:300]
+        raise LLMRequestError(f"HTTP {resp.status_code}: {detail}")
+    async for line in resp.aiter_lines():
+        chunk = parse_sse_line(line)
+        if chunk is not None:
+            yield chunk
+
+
 class _Closed(Exception):
     """The server closed the connection (or broke HTTP/1.1) before the answer was complete."""
 
@@ -438,17 +455,8 @@ class OpenAIChatClient:
             async with self._http.stream("POST", self.url, json=body, headers=self._headers,
                                          timeout=timeout) as resp:
                 answered = True
-                if resp.status_code == 429:
-                    raise _Retryable("HTTP 429", retry_after=_retry_after(resp.headers.get("retry-after")))
-                if resp.status_code >= 500:
-                    raise _Retryable(f"HTTP {resp.status_code}")
-                if resp.status_code >= 400:
-                    detail = (await resp.aread()).decode(errors="replace")[:300]
-                    raise LLMRequestError(f"HTTP {resp.status_code}: {detail}")
-                async for line in resp.aiter_lines():
-                    chunk = parse_sse_line(line)
-                    if chunk is not None:
-                        yield chunk
+                async for chunk in _answer(resp):
+                    yield chunk
         except (httpx.TransportError, httpx.TimeoutException) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}", stale=_stale_connection(exc, answered)) from exc
 
@@ -462,17 +470,8 @@ class OpenAIChatClient:
             async with self._plain.request("POST", self._path, json.dumps(body).encode(), self._headers,
                                            connect, self.first_token_timeout_s) as resp:
                 answered = True
-                if resp.status_code == 429:
-                    raise _Retryable("HTTP 429", retry_after=_retry_after(resp.headers.get("retry-after")))
-                if resp.status_code >= 500:
-                    raise _Retryable(f"HTTP {resp.status_code}")
-                if resp.status_code >= 400:
-                    detail = (await resp.aread()).decode(errors="replace")[:300]
-                    raise LLMRequestError(f"HTTP {resp.status_code}: {detail}")
-                async for line in resp.aiter_lines():
-                    chunk = parse_sse_line(line)
-                    if chunk is not None:
-                        yield chunk
+                async for chunk in _answer(resp):
+                    yield chunk
         except TimeoutError as exc:
             raise _Retryable(f"timed out ({'reading' if answered else 'connecting or waiting'})") from exc
         except (_Closed, asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as exc:
