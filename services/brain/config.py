@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -29,6 +29,9 @@ class BrainSettings(ServiceSettings):
     llm_first_token_timeout_s: float = 20.0
     llm_probe_after_s: float = 1.0
     llm_probe_timeout_s: float = 0.8
+    # "plain": plain-http LLM servers without a proxy through PlainHTTP (llm.py, ~1.7 ms less
+    # CPU per request); "httpx": every request through httpx, to compare.
+    llm_http: Literal["plain", "httpx"] = "plain"
     # Code-enforced caps per turn; when one hits, one last call without tools answers.
     max_llm_calls: int = 4
     max_turn_tokens: int = 600

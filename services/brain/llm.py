@@ -18,7 +18,6 @@ import codecs
 import contextlib
 import json
 import logging
-import os
 import time
 import urllib.request
 from collections import deque
@@ -285,10 +284,6 @@ class PlainHTTP:
             self._idle.pop()[1].close()
 
 
-# BRAIN_LLM_HTTP=httpx: every request through httpx, as before PlainHTTP (for comparison).
-_TRANSPORT = os.environ.get("BRAIN_LLM_HTTP", "plain")
-
-
 class OpenAIChatClient:
     def __init__(
         self,
@@ -305,6 +300,7 @@ class OpenAIChatClient:
         probe_after_s: float = 1.0,
         probe_timeout_s: float = 0.8,
         extra_body: dict[str, Any] | None = None,
+        plain_http: bool = True,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         # Not /models: llama-cpp-python serves it under the same lock as a generation.
@@ -319,8 +315,9 @@ class OpenAIChatClient:
         self.temperature = temperature
         self.deadline_s = deadline_s
         self._headers = {"Authorization": f"Bearer {api_key}"}
-        # Plain http to a server of our own (no proxy, no client passed in): PlainHTTP.
-        self._plain = PlainHTTP(base_url) if (http is None and _TRANSPORT != "httpx"
+        # Plain http to a server of our own (no proxy, no client passed in): PlainHTTP, unless
+        # ``plain_http`` is off (BRAIN_LLM_HTTP=httpx).
+        self._plain = PlainHTTP(base_url) if (http is None and plain_http
                                               and PlainHTTP.usable_for(self.url)) else None
         self._path, self._probe_path = urlsplit(self.url).path, urlsplit(self.probe_url).path
         self._http = http or httpx.AsyncClient(

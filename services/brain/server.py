@@ -157,7 +157,7 @@ def chat_client(settings: BrainSettings, base_url: str, temperature: float,
         base_url, settings.llm_model, settings.llm_api_key, settings.llm_max_tokens, temperature,
         settings.llm_deadline_s, settings.llm_first_token_timeout_s,
         probe_after_s=settings.llm_probe_after_s, probe_timeout_s=settings.llm_probe_timeout_s,
-        extra_body=extra_body,
+        extra_body=extra_body, plain_http=settings.llm_http == "plain",
     )
 
 
