@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 
+from voicebot.common.speech_text import CLAUSE_MARK_AFTER_WORD
+
 # Latin punctuation needs whitespace after it (what TTS's segmenter cuts on), full-width does not;
-# nor does a comma (; :) right after a letter: "Yes," is a clause whatever comes next, so it goes
-# at once instead of one token later ("1," may still become "1,000").
-_BOUNDARY = re.compile(r"[.!?…,;:][\"'”’)\]]*\s|(?<=[^\W\d_])[,;:]$|[。！？，、；：]|\n")
+# nor does a comma right after a word, which goes at once instead of one token later.
+_BOUNDARY = re.compile(r"[.!?…,;:][\"'”’)\]]*\s|" + CLAUSE_MARK_AFTER_WORD + r"|[。！？，、；：]|\n")
 
 
 class PhraseCoalescer:

@@ -96,7 +96,6 @@ class TurnRun:
     fallback: bool = False
     note: str = ""  # for this turn's model calls only
     context: str | None = None  # the state block of this turn's prompts ("": none; stored with the turn)
-    prompted: bool = False  # a prompt showed the model this turn's steps
     proposed: bool = False  # a write became the pending action: code reads it back
     unreachable: bool = False  # a tool server was down: code says it cannot check
     first_text_at: float | None = None
@@ -344,7 +343,7 @@ class Agent:
         # what came of them (the pending action, the collected fields, the references with their
         # labels). Stored, they were ~420 tokens the LLM server prefilled after the read-back
         # (10 s on two cores), ahead of the caller's answer to it.
-        steps = turn.steps if turn.prompted else []
+        steps = turn.steps if turn.record["llm_calls"] else []  # each model call is recorded as sent
         stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "")
         state = turn.state
 
@@ -505,7 +504,6 @@ class Agent:
             turn.stop = "llm_calls"
 
     def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
-        turn.prompted = True
         if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
             call = dict(turn.request.session_context)
             turn.context = state_block(state_text(turn.state.model_view(turn.note, call)),

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 
+from voicebot.common.speech_text import CLAUSE_MARK_AFTER_WORD
+
 # Never end a sentence: they introduce what follows.
 TITLES = {
     "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "approx", "dept", "e.g", "i.e",
@@ -41,9 +43,9 @@ _BOUNDARY = re.compile(
     r"|(?P<wide>[。！？]+)(?P<wide_close>[」』”’)\]]*)(?P<wide_space>\s*)"  # full-width: no space needed
     r"|(?P<newline>\n+)"
 )
-# A comma (; :) after a letter ends a clause even at the end of the text so far ("Yes,"): the
-# first piece need not wait for the next token. After a digit it waits: "1," may be "1,000".
-_CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|(?<=[^\W\d_])[,;:]$|[，、；：]")
+# A comma after a word ends a clause even at the end of the text so far ("Yes,"): the first
+# piece need not wait for the next token.
+_CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|" + CLAUSE_MARK_AFTER_WORD + r"|[，、；：]")
 # A clause cut leaves at least this much on its left, so no two-word fragments.
 MIN_CLAUSE_CHARS = 12
 

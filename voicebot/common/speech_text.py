@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import re
 
+# A comma (; :) right after a letter ends a clause even at the end of the text streamed so far:
+# "Yes," is a clause whatever token comes next. After a digit it does not: "1," may be "1,000".
+# The gateway's phrase coalescer and TTS's segmenter cut on it alike.
+CLAUSE_MARK_AFTER_WORD = r"(?<=[^\W\d_])[,;:]$"
+
 _ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
          "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
          "nineteen"]
