@@ -89,6 +89,7 @@ class Turn:
     v2v_ms: float | None = None
     stages: dict[str, Any] = field(default_factory=dict)
     reply: str = ""
+    heard: str = ""  # the final transcript(s) the turn ran on
 
 
 class Microphone:
@@ -121,8 +122,9 @@ class Microphone:
                 event = json.loads(message)
                 self.received.append((now, event["type"], event))
 
-    async def say(self, pcm: bytes, timeout: float = 60.0) -> tuple[float | None, dict[str, Any], str]:
-        """Speak, wait for the reply to be heard out; (end of speech → first audio ms, stages, reply).
+    async def say(self, pcm: bytes, timeout: float = 60.0) -> tuple[float | None, dict[str, Any], str, str]:
+        """Speak, wait for the reply to be heard out; (end of speech → first audio ms, stages, reply,
+        what the STT heard).
 
         The stages are the gateway's ``turn.metrics`` and one the client measures: ``longest_gap``
         (the longest the caller's playback ran dry mid-reply: a piece of it came late)."""
@@ -142,9 +144,10 @@ class Microphone:
         first_audio = next((t for t, kind, _ in events if kind == "audio" and ended and t > ended), None)
         metrics = dict(next((e["ms"] for _, kind, e in events if kind == "turn.metrics"), {}))
         reply = next((e.get("text", "") for _, kind, e in events if kind == "reply.done"), "")
+        heard = " ".join(e.get("text", "") for _, kind, e in events if kind == "transcript.final")
         metrics["longest_gap"] = longest_gap(events, self.output_rate) if first_audio else None
         await asyncio.sleep(0.6)  # the client's playback buffer drains: the caller heard it all
-        return (first_audio - ended) * 1000 if first_audio and ended else None, metrics, reply
+        return (first_audio - ended) * 1000 if first_audio and ended else None, metrics, reply, heard
 
     async def close(self) -> None:
         for task in self.tasks:
@@ -195,21 +198,34 @@ async def run_case(case: str, url: str, texts: list[str], per_session: int,
             for index, text in enumerate(texts[start:start + per_session]):
                 voice = voices[(start + index) % len(voices)]
                 pcm = await asyncio.to_thread(speech, text, voice)
-                v2v, stages, reply = await mic.say(pcm)
-                turn = Turn(case, text, f"{voice[0]} {voice[1] or ''}".strip(), v2v, stages, reply)
+                v2v, stages, reply, heard = await mic.say(pcm)
+                turn = Turn(case, text, f"{voice[0]} {voice[1] or ''}".strip(), v2v, stages, reply, heard)
                 turns.append(turn)
                 shown = f"{v2v:.0f} ms" if v2v is not None else "no audio"
                 parts = " ".join(str(stages.get(s)) for s in PER_TURN)
                 print(f"  {case:24s} {shown:>9s} [{parts:>17s}]  {text[:44]:44s} → {reply[:56]}", flush=True)
+                if not same_words(heard, text):  # what the reply answered is then not what was said
+                    print(f"  {'':24s} {'':>9s}  {'':>19s}  heard: {heard[:100]!r}", flush=True)
     return turns
 
 
-def summarise(turns: list[Turn]) -> dict[str, Any]:
+def same_words(heard: str, said: str) -> bool:
+    def words(text: str) -> list[str]:
+        return "".join(ch.lower() if ch.isalnum() else " " for ch in text).split()
+
+    return words(heard) == words(said)
+
+
+def summarise(turns: list[Turn], blocked_sentence: str = "") -> dict[str, Any]:
+    """Percentiles per stage; and how many turns the STT misheard or the guard blocked (each
+    question is in the domain, so a block is a wrong one, and its short canned answer is fast)."""
     def stat(values: list[float]) -> dict[str, float | None]:
         return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95)}
 
     measured = [t.v2v_ms for t in turns if t.v2v_ms is not None]
     return {"turns": len(turns), "no_audio": sum(t.v2v_ms is None for t in turns),
+            "misheard": sum(not same_words(t.heard, t.text) for t in turns),
+            "blocked": sum(bool(blocked_sentence) and t.reply == blocked_sentence for t in turns),
             "client_v2v_ms": stat(measured),
             "stages_ms": {s: stat([t.stages[s] for t in turns if t.stages.get(s) is not None])
                           for s in STAGES}}
@@ -253,10 +269,11 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         p50, p95 = value["p50"], value["p95"]
         return "–" if p50 is None else f"{p50:.0f} / {p95:.0f}"
 
-    rows = ["| case | turns | client v2v p50/p95 ms | " + " | ".join(STAGES) + " |",
+    rows = ["| case | turns (misheard, blocked) | client v2v p50/p95 ms | " + " | ".join(STAGES) + " |",
             "|---|---|---|" + "---|" * len(STAGES)]
     for case, r in results.items():
-        rows.append(f"| {case} | {r['turns']} | {cell(r['client_v2v_ms'])} | "
+        counts = f"{r['turns']} ({r['misheard']}, {r['blocked']})"
+        rows.append(f"| {case} | {counts} | {cell(r['client_v2v_ms'])} | "
                     + " | ".join(cell(r["stages_ms"][s]) for s in STAGES) + " |")
     return "\n".join(rows)
 
@@ -288,7 +305,10 @@ async def main_async(rounds: int) -> dict[str, Any]:
         booking = runs.pop("booking via the model")
         runs["booking, first request (rules)"] = booking[::len(BOOKING)]
         runs["booking via the model"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
-        results = {case: summarise(turns) for case, turns in runs.items()}
+        from services.brain.profile import load_profile  # the bench's one look into a service
+
+        blocked = load_profile("restaurant").sentences.blocked
+        results = {case: summarise(turns, blocked) for case, turns in runs.items()}
         results["stt_decodes"] = await stt_decodes(stt.ready["metrics"])
     finally:
         stack.stop()

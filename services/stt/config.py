@@ -26,7 +26,7 @@ class SttSettings(ServiceSettings):
     beam_size: int = 1
     # Encode twice the utterance's length, at least this many seconds, instead
     # of Whisper's fixed 30 s window (3-4x less encoder work for short
-    # utterances); a decode that loops is redone on the full window. 30 (or 0)
+    # utterances); a final whose decode loops is redone on 10 s, then the full window. 30 (or 0)
     # always uses the full window. 5 s, not 10: the same WER on the bench set
     # (4.0 %), end of utterance -> final 107 vs 228 ms p50 on two cores, and the
     # speculative decode ready before the endpoint in 3 of 11 utterances instead

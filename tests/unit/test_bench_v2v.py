@@ -43,3 +43,14 @@ def test_the_stt_summary_reads_decodes_by_kind_and_finals_by_source_from_the_met
     assert summary["by_kind"]["speculative"] == {"decodes": 2, "mean_ms": 300, "mean_wait_ms": 200}
     assert summary["by_kind"]["final"] == {"decodes": 0, "mean_ms": None, "mean_wait_ms": None}
     assert summary["finals_by_source"] == {"reused": 3}
+
+
+def test_a_turn_counts_as_misheard_when_its_words_differ_and_as_blocked_when_the_guard_sentence_answered():
+    from voicebot.bench_v2v import Turn, summarise
+
+    blocked = "Sorry, I can only help with table reservations here."
+    turns = [Turn("q", "Is there parking nearby?", "piper", 900.0, {}, "Yes.", "is there parking nearby"),
+             Turn("q", "Can I bring my dog?", "piper", 800.0, {}, blocked, "Can I bring my dog?"),
+             Turn("q", "Do you serve breakfast?", "piper", 700.0, {}, "Yes.", "Do you serve a breakfast?")]
+    summary = summarise(turns, blocked)
+    assert (summary["turns"], summary["misheard"], summary["blocked"]) == (3, 1, 1)

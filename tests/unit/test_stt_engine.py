@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from services.stt.engine import (
+    MIDDLE_WINDOW_FRAMES,
     WINDOW_FRAMES,
     DraftDiscarded,
     FasterWhisperEngine,
     encoder_frames,
     looks_degenerate,
+    wider_windows,
 )
 
 
@@ -38,7 +40,7 @@ def test_ordinary_sentences_do_not():
     assert not looks_degenerate("", 0, 30)
 
 
-def test_a_degenerate_draft_is_dropped_and_only_a_final_gets_the_full_window_pass():
+def test_a_degenerate_draft_is_dropped_and_only_a_final_gets_the_wider_window_passes():
     engine = object.__new__(FasterWhisperEngine)  # the decode is scripted: no model needed
     engine._min_context_s = 5.0
     engine._model = SimpleNamespace(feature_extractor=lambda audio: np.zeros((80, 100)))
@@ -53,4 +55,27 @@ def test_a_degenerate_draft_is_dropped_and_only_a_final_gets_the_full_window_pas
         engine.transcribe(np.zeros(16000, dtype=np.float32), "en", draft=True)
     assert windows == [encoder_frames(100, 5.0)]  # no second pass for a draft
     engine.transcribe(np.zeros(16000, dtype=np.float32), "en")
-    assert windows[1:] == [encoder_frames(100, 5.0), WINDOW_FRAMES]
+    assert windows[1:] == [encoder_frames(100, 5.0), MIDDLE_WINDOW_FRAMES, WINDOW_FRAMES]
+
+
+def test_a_loop_the_middle_window_cures_is_not_decoded_a_third_time():
+    engine = object.__new__(FasterWhisperEngine)
+    engine._min_context_s = 5.0
+    engine._model = SimpleNamespace(feature_extractor=lambda audio: np.zeros((80, 140)))
+    windows: list[int] = []
+
+    def loops_only_in_the_short_window(features, window, language, frames):
+        windows.append(window)
+        if window < MIDDLE_WINDOW_FRAMES:
+            return "Do you have vegan desserts? Do you have vegan desserts?", True
+        return "Do you have vegan desserts?", False
+
+    engine._decode = loops_only_in_the_short_window
+    assert engine.transcribe(np.zeros(22400, dtype=np.float32), "en") == "Do you have vegan desserts?"
+    assert windows == [encoder_frames(140, 5.0), MIDDLE_WINDOW_FRAMES]
+
+
+def test_wider_windows_skip_what_is_not_wider():
+    assert wider_windows(500) == [MIDDLE_WINDOW_FRAMES, WINDOW_FRAMES]
+    assert wider_windows(1200) == [WINDOW_FRAMES]  # a long utterance's window is already wider
+    assert wider_windows(WINDOW_FRAMES) == []
