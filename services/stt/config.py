@@ -41,8 +41,15 @@ class SttSettings(ServiceSettings):
     pre_roll_ms: int = 200
     max_utterance_s: float = 15.0
     # Partials (interim_results): re-decode the open utterance after this much
-    # new speech, at most one decode in flight per stream.
-    partial_interval_ms: int = 400
+    # new speech, at most one decode in flight per stream. 1200, not 400: on two
+    # CPU cores a decode takes ~0.3 s, so at 400 a partial was running at most
+    # pauses and the speculative decode (what the reply starts on) queued behind
+    # it; partials also took the cores from the LLM. make bench-v2v, 2026-12-01,
+    # 400 vs 1200: partial decodes 134 -> 29 a run; endpoint -> final p50 194 ->
+    # 74 ms (guard off) and 155 -> 126 (guard on).
+    # Barge-in is confirmed by speech length, not partial words (make
+    # bench-bargein: 538 ms, 0 of 5 false starts, at both). 400 for a GPU.
+    partial_interval_ms: int = 1200
     # A pause this long starts a speculative decode of the utterance so far;
     # when the pause becomes the endpoint, that decode is the final.
     speculative_silence_ms: int = 64
