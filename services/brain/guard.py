@@ -109,13 +109,19 @@ class TopicGuard:
 
     async def _ask(self, messages, max_tokens: int = 3) -> tuple[str, list[tuple[str, float]]]:
         """The words written, and the first token's alternatives when the server reports them
-        (asked for in the guard's request fields: ``localllm.guard_request_fields``)."""
+        (asked for in the guard's request fields: ``localllm.guard_request_fields``).
+
+        Alternatives that name ALLOW or BLOCK decide at once: the stream is closed there (the
+        server drops the request) rather than read to its end, since on two cores each further
+        token of the verdict took 50-250 ms, shared with the reply's, which waits for it."""
         parts: list[str] = []
         alternatives: list[tuple[str, float]] = []
         async for chunk in self.chat(messages, max_tokens=max_tokens):
             parts.append(chunk.text)
             if chunk.top_logprobs and not alternatives:
                 alternatives = chunk.top_logprobs
+                if block_probability(alternatives) is not None:
+                    break
         return "".join(parts), alternatives
 
     @staticmethod

@@ -54,6 +54,28 @@ async def test_without_probabilities_the_written_word_decides():
     assert not verdict.allowed and verdict.p_block is None
 
 
+async def test_the_first_tokens_alternatives_decide_without_reading_the_rest_of_the_verdict():
+    read: list[str] = []
+
+    async def three_tokens(messages, *, max_tokens=None, **_):
+        for text, top in (("AL", alternatives(AL=0.9, BL=0.1)), ("LOW", None), ("", None)):
+            read.append(text)
+            yield ChatChunk(text=text, top_logprobs=top)
+
+    verdict = await TopicGuard(three_tokens, "reservations").check("Can I bring my dog?")
+    assert verdict.allowed and abs(verdict.p_block - 0.1) < 1e-9
+    assert read == ["AL"]  # the stream was closed after the first token
+
+
+async def test_alternatives_without_either_word_leave_the_written_words_to_decide():
+    async def sure_then_block(messages, *, max_tokens=None, **_):
+        yield ChatChunk(text="Sure", top_logprobs=alternatives(Sure=0.7, Yes=0.3))
+        yield ChatChunk(text=" BLOCK")
+
+    verdict = await TopicGuard(sure_then_block, "reservations").check("Write me a poem.")
+    assert not verdict.allowed and verdict.p_block is None
+
+
 def test_make_runs_guard_asks_for_them_and_the_client_reads_them():
     fields = localllm.guard_request_fields()
     assert fields["logprobs"] is True and fields["top_logprobs"] >= 2  # room for ALLOW and BLOCK
