@@ -130,9 +130,9 @@ class FasterWhisperEngine(SttEngine):
         window = encoder_frames(frames, self._min_context_s)
         text, degenerate = self._decode(features, window, language, frames)
         if degenerate and window < WINDOW_FRAMES and draft:
-            # The full-window pass costs 1-3 s on two cores, and the one decode worker is
+            # The wider passes cost 0.25-3 s on two cores, and the one decode worker is
             # what the speculative decode and the final wait for. Short drafts ("Do you")
-            # loop most often; the next partial comes 0.4 s later anyway.
+            # loop most often; the next partial comes one STT_PARTIAL_INTERVAL_MS later anyway.
             raise DraftDiscarded
         for wider in wider_windows(window):
             if not degenerate:
