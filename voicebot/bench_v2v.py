@@ -91,6 +91,13 @@ class Turn:
     reply: str = ""
     heard: str = ""  # the final transcript(s) the turn ran on
 
+    @property
+    def misheard(self) -> bool:
+        """The STT's words differ from what was said (compared as the STT bench scores WER)."""
+        from services.stt.bench import words
+
+        return words(self.heard) != words(self.text)
+
 
 class Microphone:
     """Real-time frames from a queue, silence when there is nothing to say; events time-stamped."""
@@ -204,16 +211,9 @@ async def run_case(case: str, url: str, texts: list[str], per_session: int,
                 shown = f"{v2v:.0f} ms" if v2v is not None else "no audio"
                 parts = " ".join(str(stages.get(s)) for s in PER_TURN)
                 print(f"  {case:24s} {shown:>9s} [{parts:>17s}]  {text[:44]:44s} → {reply[:56]}", flush=True)
-                if not same_words(heard, text):  # what the reply answered is then not what was said
+                if turn.misheard:  # what the reply answered is then not what was said
                     print(f"  {'':24s} {'':>9s}  {'':>19s}  heard: {heard[:100]!r}", flush=True)
     return turns
-
-
-def same_words(heard: str, said: str) -> bool:
-    def words(text: str) -> list[str]:
-        return "".join(ch.lower() if ch.isalnum() else " " for ch in text).split()
-
-    return words(heard) == words(said)
 
 
 def summarise(turns: list[Turn], blocked_sentence: str = "") -> dict[str, Any]:
@@ -224,7 +224,7 @@ def summarise(turns: list[Turn], blocked_sentence: str = "") -> dict[str, Any]:
 
     measured = [t.v2v_ms for t in turns if t.v2v_ms is not None]
     return {"turns": len(turns), "no_audio": sum(t.v2v_ms is None for t in turns),
-            "misheard": sum(not same_words(t.heard, t.text) for t in turns),
+            "misheard": sum(t.misheard for t in turns),
             "blocked": sum(bool(blocked_sentence) and t.reply == blocked_sentence for t in turns),
             "client_v2v_ms": stat(measured),
             "stages_ms": {s: stat([t.stages[s] for t in turns if t.stages.get(s) is not None])
@@ -305,7 +305,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         booking = runs.pop("booking via the model")
         runs["booking, first request (rules)"] = booking[::len(BOOKING)]
         runs["booking via the model"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
-        from services.brain.profile import load_profile  # the bench's one look into a service
+        from services.brain.profile import load_profile  # lazily, like speech()'s STT bench voices
 
         blocked = load_profile("restaurant").sentences.blocked
         results = {case: summarise(turns, blocked) for case, turns in runs.items()}

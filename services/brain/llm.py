@@ -220,7 +220,7 @@ class PlainHTTP:
     async def _connection(self, connect_timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         self._close_expired(time.monotonic())
         while self._idle:
-            reader, writer, _since = self._idle.pop()
+            reader, writer, _ = self._idle.pop()
             if not reader.at_eof():
                 return reader, writer
             writer.close()
