@@ -20,13 +20,19 @@ from gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
 from tests.audio import silence, speech
 from tests.conftest import TWILIO_SECRET
 from tests.fakes.fake_llm import is_guard, last_user_text
-from tests.integration.test_bargein import FIRST_QUESTION, LONG_REPLY, SHORT_REPLY, gateway_metric
+from tests.integration.test_bargein import (
+    FIRST_QUESTION,
+    INTERRUPTION,
+    INTERRUPTION_WORD,
+    LONG_REPLY,
+    SHORT_REPLY,
+    gateway_metric,
+)
 from voicebot.common.audio import float_to_pcm16
 
 pytestmark = pytest.mark.integration
 
 FRAME_MS = 20
-INTERRUPTION = "Make it three people please."
 
 
 def script(body: dict) -> str:
@@ -125,7 +131,7 @@ async def test_the_openai_sdk_talks_to_the_gateway_and_interrupts_it(services, s
     assert "conversation.item.input_audio_transcription.delta" in kinds
     transcripts = [e.transcript for e in events
                    if e.type == "conversation.item.input_audio_transcription.completed"]
-    assert "tuesday" in transcripts[0].lower() and "three" in transcripts[1].lower()
+    assert "tuesday" in transcripts[0].lower() and INTERRUPTION_WORD in transcripts[1].lower()
     done = [e.response for e in events if e.type == "response.done"]
     # The first response was cut off by the second utterance; the second one ran to its end.
     assert done[0].id == first and done[0].status == "cancelled"
