@@ -13,8 +13,13 @@ Cases per kind:
 
 - warm:       turn N of a session whose previous prompt is cached (stable context order)
 - perturbed:  the same turn with one byte changed at the start of the prompt (cache miss)
-- guard-same: warm, with the topic guard running in parallel on the *same* server
+- guard-same: warm, with the topic guard running in parallel on the *same* server (the
+  time is the later of the reply's first token and the verdict: the reply is held for it)
 - guard-own:  warm, with the guard on its own server instance (python only)
+- guard-combined: warm, the reply's and the guard's prompts in one llama-server ``/completion``
+  request (native only), so the server queues both at once and prefills them in one batch;
+  "guard-same" sends two chat requests, and the server starts whichever it has read first
+  alone. The time is to the reply's first token or the guard's verdict, whichever is later.
 
 Prints a table and JSON with TTFT p50/p95 per case and the ratios the issue asks for
 (warm/perturbed ≤ 0.3, guard overhead ≤ 10 %), and native over python.
@@ -31,6 +36,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import httpx
 
 from services.brain.context import build_messages, state_text
 from services.brain.guard import TopicGuard
@@ -56,7 +63,7 @@ QUESTIONS = ["Is there parking nearby?", "Can we sit outside?", "Do you have veg
              "Can I bring a cake?", "Is the terrace heated?", "Do you take cards?"]
 
 
-LEADS = ("Quick question:", "Also,", "By the way,", "One more thing:")
+LEADS = ("Quick question:", "Also,", "By the way,", "Just asking:", "One more thing:")
 
 
 async def ttft(chat: OpenAIChatClient, messages) -> float:
@@ -70,35 +77,66 @@ async def ttft(chat: OpenAIChatClient, messages) -> float:
     return first if first is not None else time.perf_counter() - started
 
 
+async def combined_ttft(base_url: str, messages, guard: TopicGuard, question: str) -> float:
+    """Both prompts in one llama-server ``/completion`` request (rendered by its own chat
+    template, ``/apply-template``); each finds its slot by prompt similarity. The stream tells
+    them apart by ``index``; the guard's verdict is its first token's alternatives."""
+    root = base_url.removesuffix("/v1")
+    async with httpx.AsyncClient(timeout=300) as http:
+        started = time.perf_counter()
+        rendered = await asyncio.gather(*(http.post(f"{root}/apply-template", json={"messages": m})
+                                          for m in (messages, guard.messages(question))))
+        prompts = [r.json()["prompt"] for r in rendered]
+        firsts: dict[int, float] = {}
+        body = {"prompt": prompts, "stream": True, "n_predict": 8, "temperature": 0.3, "n_probs": 5,
+                "id_slot": -1, "cache_prompt": True}
+        async with http.stream("POST", f"{root}/completion", json=body) as response:
+            async for line in response.aiter_lines():
+                event = json.loads(line[5:]) if line.startswith("data:") else None
+                if not isinstance(event, dict):
+                    continue  # the stream opens with "data: null"
+                index = event.get("index", 0)
+                seen = event.get("completion_probabilities") if index else event.get("content", "").strip()
+                if seen and index not in firsts:
+                    firsts[index] = time.perf_counter() - started
+    return max(firsts.values()) if len(firsts) == 2 else time.perf_counter() - started
+
+
 def turn_messages(system: str, turns: int, question: str) -> list[dict]:
     history = [Turn(f"t{i}", q, a) for i, (q, a) in enumerate(HISTORY[:turns])]
     return build_messages(system, history, question, [], state_text({"dialog_state": "listen"}))
 
 
 async def measure(main: OpenAIChatClient, guard_same: TopicGuard, guard_own: TopicGuard | None,
-                  rounds: int) -> dict[str, list[float]]:
+                  rounds: int, combined_url: str | None = None) -> dict[str, list[float]]:
     system = system_prompt(PROFILE)
-    results: dict[str, list[float]] = {"warm": [], "perturbed": [], "guard-same": [], "guard-own": []}
+    results: dict[str, list[float]] = {"warm": [], "perturbed": [], "guard-same": [], "guard-own": [],
+                                       "guard-combined": []}
     for index in range(rounds):
         question = QUESTIONS[index % len(QUESTIONS)]
         prime = turn_messages(system, 5, HISTORY[5][0])
-        cases = [("warm", None), ("guard-same", guard_same), ("guard-own", guard_own), ("perturbed", None)]
+        cases = [("warm", None), ("guard-same", guard_same), ("guard-own", guard_own),
+                 ("guard-combined", guard_same if combined_url else None), ("perturbed", None)]
         for (name, guard), lead in zip(cases, LEADS, strict=True):
-            if name == "guard-own" and guard is None:
+            if name in ("guard-own", "guard-combined") and guard is None:
                 continue
             await ttft(main, prime)  # the previous turn's prompt is what the server has cached
             # Each case asks its own question: an identical prompt would be a full cache hit
             # for the cases that come after the first.
-            messages = full = turn_messages(system, 6, f"{lead} {question[0].lower()}{question[1:]}")
+            asked = f"{lead} {question[0].lower()}{question[1:]}"
+            messages = full = turn_messages(system, 6, asked)
             if name == "perturbed":
                 messages = [{"role": "system", "content": f"[{index}] " + system}, *full[1:]]
-            if guard is not None:
-                check = asyncio.create_task(guard.check(question))
+            if name == "guard-combined":
+                results[name].append(await combined_ttft(combined_url, messages, guard, asked))
+            elif guard is not None:
+                check = asyncio.create_task(guard.check(asked))  # its own words: nothing cached
                 # The guard's request reaches the server first, as in the agent (it starts
                 # before the main loop has even assembled its prompt).
                 await asyncio.sleep(0.01)
-                results[name].append(await ttft(main, messages))
-                await check
+                first = await ttft(main, messages)
+                # The reply is held until the verdict: the later of the two is what a caller waits for.
+                results[name].append(max(first, (await check).seconds - 0.01))
             else:
                 results[name].append(await ttft(main, messages))
             print(f"  round {index + 1}/{rounds} {name}: {results[name][-1] * 1000:.0f} ms",
@@ -115,6 +153,9 @@ def report(results: dict[str, list[float]]) -> dict:
         "warm_over_perturbed": round(warm / summary["perturbed"]["p50_ms"], 3),
         "guard_same_overhead": round(summary["guard-same"]["p50_ms"] / warm - 1, 3),
     }
+    if "guard-combined" in summary:
+        combined = summary["guard-combined"]["p50_ms"]
+        summary["ratios"]["guard_combined_overhead"] = round(combined / warm - 1, 3)
     if "guard-own" in summary:
         summary["ratios"]["guard_own_overhead"] = round(summary["guard-own"]["p50_ms"] / warm - 1, 3)
     return summary
@@ -173,7 +214,7 @@ async def run_kind(kind: str, args) -> dict:
         for guard in (guard_same, guard_own):
             if guard is not None:
                 await guard.check("warm up")
-        return report(await measure(main, guard_same, guard_own, args.rounds))
+        return report(await measure(main, guard_same, guard_own, args.rounds, url if native else None))
     finally:
         for chat in clients:
             await chat.aclose()
