@@ -63,6 +63,10 @@ QUESTIONS = ["Is there parking nearby?", "Can we sit outside?", "Do you have veg
              "Can I bring a cake?", "Is the terrace heated?", "Do you take cards?"]
 
 
+# How far the guard's request is sent ahead of the reply's, as in the agent (it starts before the
+# main loop has even assembled its prompt).
+GUARD_HEAD_START_S = 0.01
+
 LEADS = ("Quick question:", "Also,", "By the way,", "Just asking:", "One more thing:")
 
 
@@ -131,12 +135,10 @@ async def measure(main: OpenAIChatClient, guard_same: TopicGuard, guard_own: Top
                 results[name].append(await combined_ttft(combined_url, messages, guard, asked))
             elif guard is not None:
                 check = asyncio.create_task(guard.check(asked))  # its own words: nothing cached
-                # The guard's request reaches the server first, as in the agent (it starts
-                # before the main loop has even assembled its prompt).
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(GUARD_HEAD_START_S)
                 first = await ttft(main, messages)
                 # The reply is held until the verdict: the later of the two is what a caller waits for.
-                results[name].append(max(first, (await check).seconds - 0.01))
+                results[name].append(max(first, (await check).seconds - GUARD_HEAD_START_S))
             else:
                 results[name].append(await ttft(main, messages))
             print(f"  round {index + 1}/{rounds} {name}: {results[name][-1] * 1000:.0f} ms",
