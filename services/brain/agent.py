@@ -53,7 +53,7 @@ from services.brain.metrics import (
     LLM_TTFT_SECONDS,
     LOOP_STOPS,
 )
-from services.brain.policy import Continue, Reply, RunPending, decide
+from services.brain.policy import Continue, Reply, RunPending, decide, next_model_turn
 from services.brain.prefill import WordsPrefill, key_of
 from services.brain.profile import Profile
 from services.brain.prompts import system_prompt
@@ -354,7 +354,7 @@ class Agent:
         try:
             history = await self.store.update(request.user_id, request.session_id, append)
             if self.settings.prefill_after_reply and not turn.fallback:
-                self._in_background(self._prefill(history.turns))
+                self._in_background(self._prefill(history, request))
         except RedisError as exc:
             # The caller already heard the reply: a lost history write must not turn it into
             # an error. The next turn goes on from the last state Redis kept.
@@ -505,13 +505,17 @@ class Agent:
 
     def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
         if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
-            call = dict(turn.request.session_context)
-            turn.context = state_block(state_text(turn.state.model_view(turn.note, call)),
-                                       self.empty_state, turn.history.turns,
-                                       self.settings.recent_turns, self.settings.history_turns)
+            turn.context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
         return build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
                               turn.context, self.settings.recent_turns, self.settings.history_turns,
                               instruction)
+
+    def _state_block(self, state: SessionState, note: str, request: brain_pb2.RespondRequest,
+                     turns: list[Turn]) -> str:
+        """The state block a prompt after ``turns`` carries ("" when the model sees it already)."""
+        view = state.model_view(note, dict(request.session_context))
+        return state_block(state_text(view), self.empty_state, turns, self.settings.recent_turns,
+                           self.settings.history_turns)
 
     async def _call_llm(self, turn: TurnRun, messages: list[dict[str, Any]], use_tools: bool,
                         events: asyncio.Queue) -> tuple[str, list[ToolCall]] | None:
@@ -673,17 +677,24 @@ class Agent:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _prefill(self, turns: list[Turn]) -> None:
+    async def _prefill(self, history: SessionHistory, request: brain_pb2.RespondRequest) -> None:
         """While the caller listens, have the LLM server cache the next prompt's prefix (this
-        reply included, as the next prompt will carry it), so at the endpoint only the state
-        block and the caller's words are new.
+        reply included, as the next prompt will carry it), so at the endpoint only the caller's
+        words are new.
 
-        An empty user message ends it: the template closes the reply (``<|im_end|>``) and opens
-        the caller's next message as the next prompt will, so those tokens are cached too
-        (4 of the ~16 a question turn adds, ~0.15 s of prefill on two cores). Where the next
-        turn brings a state block first, the shared prefix still reaches its message start."""
+        That prefix ends with the state block the next model call will most likely send
+        (``policy.next_model_turn``: after a read-back, the one of a change to it, ~150 tokens
+        with its references, 4-5 s of prefill on two cores that the change no longer waits
+        for), then an empty user message: the template closes the message before it and opens
+        the caller's next one as the next prompt will, so those tokens are cached too. When
+        the next turn's block differs after all, the shared prefix still reaches where it
+        differs."""
+        turns = history.turns
         messages = history_messages(self.system, turns, self.settings.recent_turns,
                                     self.settings.history_turns)
+        state, note = next_model_turn(history.state)
+        if block := self._state_block(state, note, request, turns):
+            messages.append({"role": "system", "content": block})
         messages.append({"role": "user", "content": ""})
         # (The guard's prompt is the same every time: it stays cached in its own slot.)
         try:

@@ -91,10 +91,30 @@ async def decide(state: SessionState, text: str, turn_id: str, last_turn: Turn |
         state.understood(True)
         return Reply(sentences.ask_what_to_change)
     if decision is Decision.CORRECTION:
-        dropped = state.drop_pending()
-        state.understood(True)
-        return Continue(note=(
-            f"The caller is changing what they were asked to confirm ({pending.action}); nothing was "
-            f"done. Call {pending.tool} again with the changed values."), correcting=dropped)
+        return correction(state)
     return Continue(note=(f"Waiting for the caller to confirm: {pending.action}. Nothing is done "
                           "until they say yes to the system's read-back."))
+
+
+def correction(state: SessionState) -> Continue:
+    """The caller changes the pending action: it is dropped, and the model proposes anew."""
+    pending = state.drop_pending()
+    assert pending is not None
+    state.understood(True)
+    return Continue(note=(
+        f"The caller is changing what they were asked to confirm ({pending.action}); nothing was "
+        f"done. Call {pending.tool} again with the changed values."), correcting=pending)
+
+
+def next_model_turn(state: SessionState) -> tuple[SessionState, str]:
+    """The state and note the next turn's model call will most likely carry, so the prefill
+    after a reply can cache its state block too (a copy: ``state`` is not changed).
+
+    With an action awaiting confirmation, the turns that reach the model are mostly changes to
+    it (a yes or a bare no is answered by code, without the model); otherwise the next turn
+    starts from the state as it is."""
+    state = state.model_copy(deep=True)
+    state.start_turn()
+    if state.pending is None:
+        return state, ""
+    return state, correction(state).note

@@ -71,8 +71,9 @@ async def brain(redis_url, scripted_llm):
     clients: list[OpenAIChatClient] = []
     tools = ToolLog()
 
-    def make(guard=False, limits=None, clock=None, with_tools=True):
-        settings = BrainSettings(llm_base_url=scripted_llm.base_url, llm_deadline_s=0.5)
+    def make(guard=False, limits=None, clock=None, with_tools=True, prefill=False):
+        settings = BrainSettings(llm_base_url=scripted_llm.base_url, llm_deadline_s=0.5,
+                                 prefill_after_reply=prefill)
         chat = OpenAIChatClient(settings.llm_base_url, "m", deadline_s=0.5)
         clients.append(chat)
         kwargs = {"clock": clock} if clock else {}
@@ -353,6 +354,30 @@ async def test_the_next_prompt_is_prefilled_while_the_caller_listens(redis_url, 
     assert new == [{"role": "user", "content": "And on Sundays?"}]
     await chat.aclose()
     await redis.aclose()
+
+
+async def test_after_a_read_back_the_prefill_holds_the_state_block_of_a_change_to_it(brain):
+    """A change to a pending action goes through the model with a new state block (the dropped
+    action's note, the collected fields, the references): ~150 tokens. The prefill after the
+    read-back sends that block already, so at the change only the caller's words are new."""
+    make, store, llm, _ = brain
+    llm.script = lambda b: {"tool_calls": [
+        {"name": "create_booking", "arguments": {"slot": last_user_text(b)}}]}
+    agent, session = make(prefill=True), uuid.uuid4().hex
+    await run(agent, request("S1", session, "t1"))  # the model proposes; code reads it back
+    await asyncio.gather(*agent._background)
+    prefill = llm.requests[-1]
+    assert prefill["max_tokens"] == 1 and prefill["messages"][-1] == {"role": "user", "content": ""}
+    block = prefill["messages"][-2]
+    assert block["role"] == "system" and "is changing what they were asked to confirm" in block["content"]
+
+    await run(agent, request("Actually, make it S2 instead", session, "t2"))
+    change = main_requests(llm)[-1]
+    shared = prefill["messages"][:-1]
+    assert change["messages"][:len(shared)] == shared
+    assert change["messages"][len(shared)] == {"role": "user", "content": "Actually, make it S2 instead"}
+    pending = (await store.load("alice", session)).state.pending
+    assert pending is not None and pending.args == {"slot": "Actually, make it S2 instead"}
 
 
 async def test_history_has_no_orphan_tool_calls(brain):
