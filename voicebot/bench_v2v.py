@@ -9,10 +9,12 @@ listens to the whole reply before speaking again. Cases, in one run:
 
 - ``questions, guard on`` / ``guard off``: questions only the model can answer;
 - ``booking via the model``: changes to a booking that the rules do not parse, so
-  the model proposes (the read-back is still made by code).
+  the model proposes (the read-back is still made by code), in ``BOOKING_SESSIONS`` sessions.
 
 Prints a line per turn (client v2v, then the turn's stt, llm_ttft, first_clause and
-longest_gap ms), a table and JSON. ``--rounds`` repeats the question set.
+longest_gap ms), a table and JSON. The table counts per case the turns the STT misheard, the
+guard blocked and those answered with code's read-back of a pending action (a change that
+reached a proposal). ``--rounds`` repeats the question set and the booking sessions.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ BOOKING = [
     "Could we do the day after instead",
 ]
 BOOKING_VOICES = [("piper", 0)]
+# Booking sessions per round: each change is one turn, and a misheard first request (no
+# read-back, so nothing to change) takes its session's changes out of the path.
+BOOKING_SESSIONS = 3
 STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_voice", "longest_gap")
 PER_TURN = ("stt", "llm_ttft", "first_clause", "longest_gap")  # printed for each turn
 # A pause in the reply's audio shorter than this is jitter the client's buffer hides.
@@ -216,9 +221,11 @@ async def run_case(case: str, url: str, texts: list[str], per_session: int,
     return turns
 
 
-def summarise(turns: list[Turn], blocked_sentence: str = "") -> dict[str, Any]:
+def summarise(turns: list[Turn], blocked_sentence: str = "", read_back_opening: str = "") -> dict[str, Any]:
     """Percentiles per stage; and how many turns the STT misheard or the guard blocked (each
-    question is in the domain, so a block is a wrong one, and its short canned answer is fast)."""
+    question is in the domain, so a block is a wrong one, and its short canned answer is fast),
+    and how many replies were code's read-back of a pending action (they open with the profile's
+    confirm sentence, which the model's own text may not: services/brain/mimicry.py)."""
     def stat(values: list[float]) -> dict[str, float | None]:
         return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95)}
 
@@ -226,6 +233,8 @@ def summarise(turns: list[Turn], blocked_sentence: str = "") -> dict[str, Any]:
     return {"turns": len(turns), "no_audio": sum(t.v2v_ms is None for t in turns),
             "misheard": sum(t.misheard for t in turns),
             "blocked": sum(bool(blocked_sentence) and t.reply == blocked_sentence for t in turns),
+            "read_back": sum(bool(read_back_opening) and t.reply.startswith(read_back_opening)
+                             for t in turns),
             "client_v2v_ms": stat(measured),
             "stages_ms": {s: stat([t.stages[s] for t in turns if t.stages.get(s) is not None])
                           for s in STAGES}}
@@ -269,10 +278,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         p50, p95 = value["p50"], value["p95"]
         return "–" if p50 is None else f"{p50:.0f} / {p95:.0f}"
 
-    rows = ["| case | turns (misheard, blocked) | client v2v p50/p95 ms | " + " | ".join(STAGES) + " |",
-            "|---|---|---|" + "---|" * len(STAGES)]
+    rows = ["| case | turns (misheard, blocked, read back) | client v2v p50/p95 ms | "
+            + " | ".join(STAGES) + " |", "|---|---|---|" + "---|" * len(STAGES)]
     for case, r in results.items():
-        counts = f"{r['turns']} ({r['misheard']}, {r['blocked']})"
+        counts = f"{r['turns']} ({r['misheard']}, {r['blocked']}, {r['read_back']})"
         rows.append(f"| {case} | {counts} | {cell(r['client_v2v_ms'])} | "
                     + " | ".join(cell(r["stages_ms"][s]) for s in STAGES) + " |")
     return "\n".join(rows)
@@ -297,7 +306,8 @@ async def main_async(rounds: int) -> dict[str, Any]:
         questions = QUESTIONS * rounds
         cases = [("questions, guard on", "guard-on", questions, 4, VOICES),
                  ("questions, guard off", "guard-off", questions, 4, VOICES),
-                 ("booking via the model", "guard-on", BOOKING * rounds, len(BOOKING), BOOKING_VOICES)]
+                 ("booking via the model", "guard-on", BOOKING * BOOKING_SESSIONS * rounds, len(BOOKING),
+                  BOOKING_VOICES)]
         runs = {case: await run_case(case, pairs[pair], texts, per_session, voices)
                 for case, pair, texts, per_session, voices in cases}
         # Each booking session opens with a request the rules read back; the changes after it are
@@ -307,8 +317,9 @@ async def main_async(rounds: int) -> dict[str, Any]:
         runs["booking via the model"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
         from services.brain.profile import load_profile  # lazily, like speech()'s STT bench voices
 
-        blocked = load_profile("restaurant").sentences.blocked
-        results = {case: summarise(turns, blocked) for case, turns in runs.items()}
+        sentences = load_profile("restaurant").sentences
+        opening = sentences.confirm.split("{action}", 1)[0]
+        results = {case: summarise(turns, sentences.blocked, opening) for case, turns in runs.items()}
         results["stt_decodes"] = await stt_decodes(stt.ready["metrics"])
     finally:
         stack.stop()

@@ -89,6 +89,11 @@ def model_path() -> Path:
     return assemble_qwen_gguf(os.environ.get("LLM_MODEL_CACHE_DIR", "~/.cache/voicebot/models"))
 
 
+# The start of a tool call in Qwen2.5's chat template: given as the start of the assistant's
+# message, llama-server continues it, so the model writes a tool call, and parses it as one.
+TOOL_CALL_PREFIX = '<tool_call>\n{"name": "'
+
+
 def main_request_fields() -> dict[str, object]:
     """Extra fields of the main reply's requests to llama-server: its own slot, so the guard
     (or a deferred request landing in the free slot) never evicts the session's cached prompt.

@@ -53,6 +53,7 @@ from services.brain.metrics import (
     LLM_TTFT_SECONDS,
     LOOP_STOPS,
 )
+from services.brain.mimicry import ReadBackMimicry
 from services.brain.policy import Continue, Reply, RunPending, decide, next_model_turn
 from services.brain.prefill import WordsPrefill, key_of
 from services.brain.profile import Profile
@@ -95,6 +96,9 @@ class TurnRun:
     stop: str | None = None
     fallback: bool = False
     note: str = ""  # for this turn's model calls only
+    # The caller is changing the pending action: the turn's first model call must be a tool call
+    # (a new proposal, or the lookup it needs), never text that reads a change back itself.
+    tool_required: bool = False
     context: str | None = None  # the state block of this turn's prompts ("": none; stored with the turn)
     proposed: bool = False  # a write became the pending action: code reads it back
     unreachable: bool = False  # a tool server was down: code says it cannot check
@@ -398,6 +402,7 @@ class Agent:
             turn.note = outcome.note  # refused: the model tells the caller and looks for alternatives
         else:
             turn.note = decision.note
+            turn.tool_required = decision.correcting is not None
             if await self._hook_proposes(turn, passed, events, decision):
                 return
         await self._loop(turn, passed, events)
@@ -485,12 +490,26 @@ class Agent:
 
     # ---- the model loop -------------------------------------------------
     async def _loop(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
+        require = turn.tool_required
         for index in range(self.limits.max_llm_calls):
             last = index == self.limits.max_llm_calls - 1 or turn.stop is not None
             use_tools = len(self.tools) > 0 and not last
             instruction = ANSWER_NOW if not use_tools and turn.steps else ""
             messages = self._prompt(turn, instruction)
-            outcome = await self._call_llm(turn, messages, use_tools, events)
+            tool_choice, required = None, use_tools and require
+            if required:
+                messages, tool_choice = self._require_tool_call(messages)
+            outcome = await self._call_llm(turn, messages, use_tools, events, tool_choice)
+            record = turn.record["llm_calls"][-1]
+            record["tool_required"] = required
+            # A read-back of its own, caught unspoken: the model meant to propose, so it is
+            # asked again (the same prompt, cached) for the tool call behind it.
+            require = bool(record.get("mimicked_read_back")) and not required
+            if require and use_tools and not last:
+                continue
+            if record.get("mimicked_read_back") and not turn.spoken:
+                await self._say(turn, events, self.sentences.fallback, new_part=True)
+                return
             if outcome is None or not outcome[1] or last:
                 return
             text, calls = outcome
@@ -502,6 +521,15 @@ class Agent:
                 return  # code speaks next: the read-back, or "I can't check right now"
         if turn.stop is None:
             turn.stop = "llm_calls"
+
+    def _require_tool_call(self, messages: list[dict[str, Any]]
+                           ) -> tuple[list[dict[str, Any]], str | None]:
+        """This call must be a tool call: by ``tool_choice``, or where the server does not enforce
+        it, by the start of the model's tool-call syntax as the start of its message."""
+        prefix = self.settings.llm_tool_call_prefix
+        if not prefix:
+            return messages, "required"
+        return [*messages, {"role": "assistant", "content": prefix}], None
 
     def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
         if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
@@ -518,13 +546,14 @@ class Agent:
                            self.settings.history_turns)
 
     async def _call_llm(self, turn: TurnRun, messages: list[dict[str, Any]], use_tools: bool,
-                        events: asyncio.Queue) -> tuple[str, list[ToolCall]] | None:
+                        events: asyncio.Queue, tool_choice: str | None = None
+                        ) -> tuple[str, list[ToolCall]] | None:
         """One streamed LLM call; returns (its text, its tool calls), or None after a fallback."""
         with TRACER.start_as_current_span("llm.call", attributes={
                 "gen_ai.operation.name": "chat", "gen_ai.system": "openai",
                 "gen_ai.request.model": self.settings.llm_model,
                 "gen_ai.request.max_tokens": self.settings.llm_max_tokens}) as span:
-            outcome = await self._stream_llm(turn, messages, use_tools, events)
+            outcome = await self._stream_llm(turn, messages, use_tools, events, tool_choice)
             record = turn.record["llm_calls"][-1]
             usage = {"gen_ai.usage.input_tokens": record.get("prompt_tokens"),
                      "gen_ai.usage.output_tokens": record.get("completion_tokens"),
@@ -534,16 +563,19 @@ class Agent:
             return outcome
 
     async def _stream_llm(self, turn: TurnRun, messages: list[dict[str, Any]], use_tools: bool,
-                          events: asyncio.Queue) -> tuple[str, list[ToolCall]] | None:
+                          events: asyncio.Queue, tool_choice: str | None = None
+                          ) -> tuple[str, list[ToolCall]] | None:
         text_calls = TextToolCallFilter()
         structured = StructuredCallAccumulator()
         cleaner = SpokenTextCleaner(turn.request.language or "en")
+        mimicry = ReadBackMimicry([self.sentences.confirm, self.sentences.confirm_again])
         said: list[str] = []
         started = time.perf_counter()
         call_record: dict[str, Any] = {"messages": len(messages), "tools": use_tools}
         turn.record["llm_calls"].append(call_record)
+        tools = self.tools.definitions() if use_tools else None
         try:
-            async for chunk in self.chat(messages, tools=self.tools.definitions() if use_tools else None):
+            async for chunk in self.chat(messages, tools=tools, tool_choice=tool_choice):
                 structured.add(chunk.tool_calls)
                 if chunk.usage:
                     self._usage(turn, chunk.usage, call_record)
@@ -551,13 +583,17 @@ class Agent:
                     call_record.update(cached_tokens=chunk.timings.get("cache_n"),
                                        prefill_tokens=chunk.timings.get("prompt_n"),
                                        prefill_ms=round(chunk.timings.get("prompt_ms") or 0))
-                speakable = cleaner.clean(text_calls.push(chunk.text))
+                speakable = cleaner.clean(mimicry.push(text_calls.push(chunk.text)))
+                if mimicry.caught:
+                    call_record["mimicked_read_back"] = True
+                    break  # nothing of it is spoken; the rest of it need not be written
                 if speakable:
                     call_record.setdefault("ttft_ms", round((time.perf_counter() - started) * 1000))
                     await self._say(turn, events, speakable, new_part=not said)
                     said.append(speakable)
             rest, recovered = text_calls.finish()
-            rest = cleaner.clean(rest) + cleaner.flush()
+            rest = mimicry.push(rest) + mimicry.flush()
+            rest = cleaner.clean(rest) + cleaner.flush() if not mimicry.caught else ""
             if rest.strip():
                 await self._say(turn, events, rest, new_part=not said)
                 said.append(rest)

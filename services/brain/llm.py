@@ -59,6 +59,7 @@ class ChatFunction(Protocol):
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
     ) -> AsyncIterator[ChatChunk]: ...
 
 
@@ -332,7 +333,8 @@ class OpenAIChatClient:
             await self._plain.aclose()
         await self._http.aclose()
 
-    def payload(self, messages, tools, max_tokens, response_format=None) -> dict[str, Any]:
+    def payload(self, messages, tools, max_tokens, response_format=None,
+                tool_choice=None) -> dict[str, Any]:
         body: dict[str, Any] = {
             **self.extra_body,
             "model": self.model,
@@ -344,6 +346,8 @@ class OpenAIChatClient:
         }
         if tools:
             body["tools"] = tools
+            if tool_choice:  # "required": the reply must be a tool call (OpenAI, vLLM, llama-server)
+                body["tool_choice"] = tool_choice
         if response_format:
             body["response_format"] = response_format
         return body
@@ -355,8 +359,9 @@ class OpenAIChatClient:
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
     ) -> AsyncIterator[ChatChunk]:
-        body = self.payload(messages, tools, max_tokens, response_format)
+        body = self.payload(messages, tools, max_tokens, response_format, tool_choice)
         give_up_at = self._clock() + self.deadline_s
         delay, stale_retried = 0.25, False
         while True:

@@ -18,12 +18,14 @@ from services.brain.agent import Agent, LoopLimits
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
-from services.brain.profile import Profile
+from services.brain.profile import Profile, Sentences
 from services.brain.session_store import SessionStore, Turn
 from services.brain.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
 from tests.fakes.fake_llm import is_guard, last_user_text
 from voicebot.v1 import brain_pb2
 
+# Confirm sentences that open with words of their own, as the shipped profiles' do.
+CONFIRMING = Profile(sentences=Sentences(confirm="To confirm: {action}. Shall I go ahead?"))
 SLOTS_SCHEMA = {"type": "object", "properties": {"day": {"type": "string"}, "people": {"type": "integer"}},
                 "required": ["day"], "additionalProperties": False}
 
@@ -71,7 +73,7 @@ async def brain(redis_url, scripted_llm):
     clients: list[OpenAIChatClient] = []
     tools = ToolLog()
 
-    def make(guard=False, limits=None, clock=None, with_tools=True, prefill=False):
+    def make(guard=False, limits=None, clock=None, with_tools=True, prefill=False, profile=None):
         settings = BrainSettings(llm_base_url=scripted_llm.base_url, llm_deadline_s=0.5,
                                  prefill_after_reply=prefill)
         chat = OpenAIChatClient(settings.llm_base_url, "m", deadline_s=0.5)
@@ -79,7 +81,7 @@ async def brain(redis_url, scripted_llm):
         kwargs = {"clock": clock} if clock else {}
         return Agent(settings, chat, SessionStore(redis, 60), tools=tools.registry() if with_tools else None,
                      guard=TopicGuard(chat, "answering questions") if guard else None, limits=limits,
-                     **kwargs)
+                     profile=profile, **kwargs)
 
     yield make, SessionStore(redis, 60), scripted_llm, tools
     for chat in clients:
@@ -378,6 +380,72 @@ async def test_after_a_read_back_the_prefill_holds_the_state_block_of_a_change_t
     assert change["messages"][len(shared)] == {"role": "user", "content": "Actually, make it S2 instead"}
     pending = (await store.load("alice", session)).state.pending
     assert pending is not None and pending.args == {"slot": "Actually, make it S2 instead"}
+
+
+@pytest.mark.parametrize("prefix", ["", '<tool_call>\n{"name": "'])
+async def test_a_change_to_the_pending_action_must_come_back_as_a_tool_call(brain, prefix):
+    """Measured with the packaged model: asked to change a read-back, it wrote a read-back of
+    its own as text ("To confirm: ... Shall I go ahead?"), which no pending action backed. The
+    change's first model call must be a tool call: ``tool_choice: "required"``, or where the
+    server does not enforce that, the start of the tool-call syntax as the start of the message."""
+    make, store, llm, _ = brain
+    llm.script = lambda b: {"tool_calls": [
+        {"name": "create_booking", "arguments": {"slot": last_user_text(b)}}]}
+    agent, session = make(), uuid.uuid4().hex
+    agent.settings.llm_tool_call_prefix = prefix
+    await run(agent, request("S1", session, "t1"))
+    first = main_requests(llm)[-1]
+    assert "tool_choice" not in first and first["messages"][-1]["role"] == "user"  # a new request
+
+    await run(agent, request("Actually, make it S2 instead", session, "t2"))
+    change = main_requests(llm)[-1]
+    if prefix:
+        assert "tool_choice" not in change
+        assert change["messages"][-1] == {"role": "assistant", "content": prefix}
+    else:
+        assert change["tool_choice"] == "required" and change["messages"][-1]["role"] == "user"
+    [record] = [r for r in await store.records("alice", session) if r["turn_id"] == "t2"]
+    assert record["llm_calls"][0]["tool_required"] is True
+    pending = (await store.load("alice", session)).state.pending
+    assert pending is not None and pending.read_back_turn == "t2"
+    # What is stored is the call as the model made it, not the request's forced start.
+    stored = (await store.load("alice", session)).turns[-1]
+    assert [step["tool_calls"][0]["function"]["name"] for step in stored.steps
+            if step["role"] == "assistant"] == ["create_booking"]
+    assert all(prefix not in str(step.get("content")) for step in stored.steps if prefix)
+
+
+async def test_a_read_back_the_model_writes_itself_is_never_spoken_and_it_is_asked_for_the_call(brain):
+    """The model answers a booking request with a read-back of its own, as text: the caller
+    never hears it (no pending action stands behind it); the same prompt goes again as a
+    required tool call, and what the caller hears is code's read-back of that call."""
+    make, store, llm, _ = brain
+
+    def model(body):
+        if body.get("tool_choice") == "required":
+            return {"tool_calls": [{"name": "create_booking", "arguments": {"slot": "S1"}}]}
+        return "To confirm: slot S1 is booked for you. Shall I go ahead?"
+
+    llm.script = model
+    req = request("Book S1 for me")
+    events = await run(make(profile=CONFIRMING), req)
+    first, second = main_requests(llm)
+    assert "tool_choice" not in first and second["tool_choice"] == "required"
+    assert second["messages"] == first["messages"]  # asked again on the same (cached) prompt
+    said = spoken(events)
+    assert said == "To confirm: book a slot with slot S1. Shall I go ahead?"  # code's, from the call
+    state = (await store.load("alice", req.session_id)).state
+    assert state.pending is not None and state.pending.read_back_turn == req.turn_id
+    [record] = await store.records("alice", req.session_id)
+    assert [c.get("mimicked_read_back", False) for c in record["llm_calls"]] == [True, False]
+
+
+async def test_a_read_back_of_its_own_when_no_tool_call_may_follow_gives_the_fallback(brain):
+    make, _, llm, _ = brain
+    llm.script = lambda _b: "To confirm: it is all done. Shall I go ahead?"
+    events = await run(make(with_tools=False, profile=CONFIRMING), request("Book it"))
+    assert spoken(events) == "Sorry, I'm having trouble right now. Could you say that again?"
+    assert len(main_requests(llm)) == 1
 
 
 async def test_history_has_no_orphan_tool_calls(brain):

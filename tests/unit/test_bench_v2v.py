@@ -54,3 +54,12 @@ def test_a_turn_counts_as_misheard_when_its_words_differ_and_as_blocked_when_the
              Turn("q", "Do you serve breakfast?", "piper", 700.0, {}, "Yes.", "Do you serve a breakfast?")]
     summary = summarise(turns, blocked)
     assert (summary["turns"], summary["misheard"], summary["blocked"]) == (3, 1, 1)
+
+
+def test_a_reply_counts_as_read_back_when_it_opens_with_the_profiles_confirm_sentence():
+    from voicebot.bench_v2v import Turn, summarise
+
+    turns = [Turn("b", "Make it later", "piper", 900.0, {}, "To confirm: a table at 8 pm. Shall I go ahead?"),
+             Turn("b", "One more person", "piper", 800.0, {}, "Sure, what time would you like?")]
+    assert summarise(turns, "", "To confirm: ")["read_back"] == 1
+    assert summarise(turns)["read_back"] == 0
