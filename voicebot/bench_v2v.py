@@ -63,10 +63,11 @@ QUESTIONS = [
 BOOKING = [
     "I would like a table for two on Friday at seven pm and my name is Robin",  # rules: read back by code
     # Corrections (dialog rules) whose new values the restaurant's hooks cannot read, so the
-    # model proposes; "we are four" or "on Saturday" the hooks would carry by rule.
-    "Could you make it a little later in the evening please",
-    "Actually one more person is coming with us",
-    "Could we do the day after instead",
+    # model proposes; "we are four", "on Saturday", "a little later", "one more person" or "the
+    # day after" the hooks carry by rule.
+    "Can we push it back by thirty minutes instead",
+    "Actually my partner is joining us too",
+    "Could we move it to the weekend instead",
 ]
 BOOKING_VOICES = [("piper", 0)]
 # Booking sessions per round: each change is one turn, and a misheard first request (no

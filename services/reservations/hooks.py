@@ -6,8 +6,9 @@ and this turn said something about them, the hook takes the path the model
 should take: ``find_slots``, then a ``create_reservation`` call for the slot at
 the wished time. That call is only a proposal: the brain reads it back and
 books after the caller's yes. A correction ("half past seven", "we are three,
-not two") updates the task and proposes anew. Anything the rules miss is left
-to the model. English only.
+not two") updates the task and proposes anew, and so does one relative to the read-back
+("one more person", "a little later", "the day after"). Anything the rules miss is left to
+the model. English only.
 """
 
 from __future__ import annotations
@@ -39,6 +40,18 @@ _NEGATED = re.compile(r"\b(?:not|instead of)\s+(?:at\s+)?" + _NUM + r"(?::\d{2})
 _NAME = re.compile(r"\b(?i:my name is|this is|under the name|under|name's|i'm|i am|it's for|name is)"
                    r"\s+([A-Z][a-z]+)\b")
 _NOT_NAMES = {"Looking", "Calling", "Sorry", "Just", "Not", "Here", "Good", "Fine", "Hoping", "Trying"}
+# Changes relative to what was read back: "one more person", "a little later", "the day after".
+_MORE = re.compile(r"\b(?:" + _NUM + r"|a|an)?\s*(?:more|extra|additional)\s+(?:person|people|guests?)\b"
+                   r"|\banother\s+(?:person|guest)\b", re.I)
+_GUESTS = r"(?:person|people|guests?)"
+_FEWER = re.compile(
+    r"\b" + _NUM + r"\s+(?:(?:less|fewer)\s+" + _GUESTS + "|" + _GUESTS + r"\s+(?:less|fewer))\b", re.I)
+_DAY_AFTER = re.compile(r"\b(?:the\s+(?:day|night)\s+after|the\s+next\s+day|a\s+day\s+later)\b", re.I)
+_DAY_BEFORE = re.compile(r"\b(?:the\s+(?:day|night)\s+before|a\s+day\s+earlier)\b", re.I)
+_SHIFT = re.compile(r"\b(?:(an?\s+hour|half\s+an\s+hour)|a\s+(?:little|bit)(?:\s+bit)?|slightly)?\s*"
+                    r"\b(later|earlier)\b", re.I)
+_CALL_BACK = re.compile(r"\bcall\b", re.I)  # "I'll call back later" is no later table
+_WEEK = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _BOOKING = re.compile(r"\b(book|table|reserv)", re.I)
 _CANCEL = re.compile(r"\b(cancel|change my|move my)", re.I)
 REQUIRED = ("day", "time", "people", "name")
@@ -77,6 +90,34 @@ def extract_slots(text: str) -> dict[str, Any]:
     return found
 
 
+def relative_changes(text: str, task: dict[str, Any]) -> dict[str, Any]:
+    """A change to what the caller was read back, relative to it: "one more person" (+1), "a
+    little later" (+30 min; "an hour later" +60), "the day after" (next weekday). Only values
+    the task holds are changed; a day said as a date or "tomorrow" is left to the model."""
+    found: dict[str, Any] = {}
+    people = task.get("people")
+    if isinstance(people, int):
+        if more := _MORE.search(text):
+            found["people"] = people + (_number(more.group(1)) if more.group(1) else 1)
+        elif fewer := _FEWER.search(text):
+            found["people"] = max(1, people - _number(fewer.group(1)))
+    day = str(task.get("day") or "")
+    after, before = _DAY_AFTER.search(text), _DAY_BEFORE.search(text)
+    if (after or before) and day in _WEEK:
+        found["day"] = _WEEK[(_WEEK.index(day) + (1 if after else -1)) % 7]
+    elif after and day == "today":
+        found["day"] = "tomorrow"
+    rest = _DAY_BEFORE.sub(" ", _DAY_AFTER.sub(" ", text))
+    clock = re.fullmatch(r"(\d{2}):(\d{2})", str(task.get("time") or ""))
+    if clock and not _CALL_BACK.search(rest) and (shift := _SHIFT.search(rest)):
+        minutes = 60 if shift.group(1) and "half" not in shift.group(1).lower() else 30
+        total = int(clock.group(1)) * 60 + int(clock.group(2))
+        total += minutes if shift.group(2).lower() == "later" else -minutes
+        if 0 <= total < 24 * 60:
+            found["time"] = f"{total // 60:02d}:{total % 60:02d}"
+    return found
+
+
 def is_booking_request(text: str) -> bool:
     return bool(_BOOKING.search(text)) and not _CANCEL.search(text)
 
@@ -92,6 +133,8 @@ class RestaurantHooks(DomainHooks):
     async def before_model(self, ctx: HookContext) -> HookResult | None:
         found = extract_slots(ctx.text)
         task = ctx.task
+        if ctx.correcting is not None:  # what the caller says outright wins over "a little later"
+            found = {**relative_changes(ctx.text, task), **found}
         if is_booking_request(ctx.text) or ctx.correcting is not None:
             task["intent"] = "book"
         elif _CANCEL.search(ctx.text):

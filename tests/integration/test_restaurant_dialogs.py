@@ -131,6 +131,24 @@ async def test_a_party_size_correction_is_read_back_and_booked(restaurant):
     assert booking["people"] == 3
 
 
+async def test_changes_relative_to_the_read_back_are_read_back_and_booked(restaurant):
+    """"A little later", "one more person", "the day after": each changes what was just read
+    back (the model that only talks is never asked), and the yes books the last read-back."""
+    make, booked, _ = restaurant
+    caller = make()
+    said = await caller.say("A table for two on Friday at 7 pm, my name is NAME.")
+    assert "table for two on Friday" in said and "seven p m" in said
+    said = await caller.say("Could you make it a little later, please?")
+    assert "seven thirty p m" in said and said.endswith("Shall I go ahead?")
+    said = await caller.say("Actually, one more person is coming with us.")
+    assert "table for three" in said and "seven thirty p m" in said
+    said = await caller.say("Could we do the day after instead?")
+    assert "Saturday" in said and "table for three" in said and "seven thirty p m" in said
+    await caller.say("Yes, please.")
+    [booking] = await booked(caller)
+    assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-05", "19:30", 3)
+
+
 async def test_a_complete_request_in_everyday_words_is_read_back_at_once(restaurant):
     make, booked, _ = restaurant
     caller = make()
