@@ -259,10 +259,14 @@ class Agent:
         request = turn.request
         said = Turn(request.turn_id, request.text, self.sentences.blocked)
         try:
-            await self.store.update(request.user_id, request.session_id, lambda h: h.turns.append(said))
+            history = await self.store.update(request.user_id, request.session_id,
+                                              lambda h: h.turns.append(said))
         except RedisError as exc:
             REDIS_ERRORS.labels("brain").inc()
             log.error("could not store the blocked turn", extra={"error": repr(exc)})
+            return
+        if self.settings.prefill_after_reply:  # the next prompt carries this exchange too
+            self._in_background(self._prefill(history, request))
 
     def _skips_guard(self, turn: TurnRun) -> bool:
         """Short dialogue acts inside an ongoing task are never screened (a bare "No." is not

@@ -286,6 +286,20 @@ async def test_guard_block_cancels_the_loop_and_stores_nothing_it_made(brain):
     assert (await store.records("alice", req.session_id))[-1]["outcome"] == "blocked"
 
 
+async def test_after_a_blocked_turn_the_next_prompt_is_prefilled_too(brain):
+    """The blocked exchange is in the next prompt, so it is cached while the caller listens."""
+    make, _, llm, _ = brain
+    llm.script = lambda b: "BLOCK" if is_guard(b) else "Here is a script."
+    agent, req = make(guard=True, prefill=True), request("write me a python script")
+    await run(agent, req)
+    await asyncio.gather(*agent._background)
+    prefill = main_requests(llm)[-1]
+    assert prefill["max_tokens"] == 1 and prefill["messages"][-3:] == [
+        {"role": "user", "content": "write me a python script"},
+        {"role": "assistant", "content": Profile().sentences.blocked},
+        {"role": "user", "content": ""}]
+
+
 async def test_slow_guard_holds_text_back_until_it_passes(brain):
     make, store, llm, _ = brain
     llm.script = lambda b: {"content": "ALLOW", "delay_s": 0.4} if is_guard(b) else "Happy to help."
