@@ -506,12 +506,14 @@ class Agent:
             outcome = await self._call_llm(turn, messages, use_tools, events, tool_choice)
             record = turn.record["llm_calls"][-1]
             record["tool_required"] = required
-            # A read-back of its own, caught unspoken: the model meant to propose, so it is
-            # asked again (the same prompt, cached) for the tool call behind it.
-            require = bool(record.get("mimicked_read_back")) and not required
-            if require and use_tools and not last:
+            mimicked = bool(record.get("mimicked_read_back"))
+            if mimicked and use_tools and not required:
+                # A read-back of its own, caught unspoken: the model meant to propose, so it is
+                # asked again (the same prompt, cached) for the tool call behind it.
+                require = True
                 continue
-            if record.get("mimicked_read_back") and not turn.spoken:
+            require = False
+            if mimicked and not turn.spoken:
                 await self._say(turn, events, self.sentences.fallback, new_part=True)
                 return
             if outcome is None or not outcome[1] or last:
