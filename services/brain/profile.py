@@ -43,7 +43,7 @@ class Sentences(_Strict):
     handoff: str = "I'll connect you with a colleague now; they'll have all the details."
     unknown_outcome: str = ("I could not confirm that it went through; a colleague will check and "
                             "get back to you.")
-    confirm: str = "{action}. Shall I go ahead?"
+    confirm: str = "To confirm: {action}. Shall I go ahead?"  # its opening lets mimicry.py catch copies
     confirm_again: str = "Just to be sure: {action}. Shall I go ahead? Please say yes or no."
     ask_what_to_change: str = "Okay, nothing is done. What would you like to change?"
     done: str = "Done: {action}."

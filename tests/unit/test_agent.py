@@ -257,7 +257,7 @@ async def test_a_write_called_by_the_model_never_runs_and_code_reads_it_back(bra
     assert tools.runs == [] and len(main_requests(llm)) == 1  # the loop ended at the proposal
     said = spoken(events)
     assert "Booked it" not in said and said.endswith("Shall I go ahead?")
-    assert "Book a slot with slot S1" in said  # built by code from the tool's title and arguments
+    assert "book a slot with slot S1" in said  # built by code from the tool's title and arguments
     state = (await store.load("alice", req.session_id)).state
     assert state.pending.tool == "create_booking" and state.pending.args == {"slot": "S1"}
 
