@@ -52,6 +52,7 @@ from services.brain.metrics import (
     LLM_TOKENS,
     LLM_TTFT_SECONDS,
     LOOP_STOPS,
+    READ_BACKS_MIMICKED,
 )
 from services.brain.mimicry import ReadBackMimicry
 from services.brain.policy import Continue, Reply, RunPending, decide, next_model_turn
@@ -591,6 +592,7 @@ class Agent:
                                        prefill_ms=round(chunk.timings.get("prompt_ms") or 0))
                 speakable = cleaner.clean(mimicry.push(text_calls.push(chunk.text)))
                 if mimicry.caught:
+                    READ_BACKS_MIMICKED.inc()
                     call_record["mimicked_read_back"] = True
                     break  # nothing of it is spoken; the rest of it need not be written
                 if speakable:

@@ -11,6 +11,9 @@ LLM_CALL_SECONDS = Histogram(
 )
 LLM_TOKENS = Counter("voicebot_llm_tokens_total", "Tokens reported by the LLM server", ["kind"])
 GUARD_BLOCKS = Counter("voicebot_guard_blocks_total", "Turns blocked by the topic guard")
+# Model text that opened like code's read-back (services/brain/mimicry.py): caught unspoken.
+READ_BACKS_MIMICKED = Counter("voicebot_read_backs_mimicked_total",
+                              "Model replies that read an action back themselves, caught before speech")
 TOOL_CALLS = Counter("voicebot_tool_calls_total", "Tool calls by outcome", ["tool", "outcome"])
 TOOL_SECONDS = Histogram("voicebot_tool_seconds", "Tool run time, retries included", ["tool"],
                          buckets=LATENCY_BUCKETS)

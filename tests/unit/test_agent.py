@@ -18,6 +18,7 @@ from services.brain.agent import Agent, LoopLimits
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
+from services.brain.metrics import READ_BACKS_MIMICKED
 from services.brain.profile import Profile, Sentences
 from services.brain.session_store import SessionStore, Turn
 from services.brain.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
@@ -442,7 +443,9 @@ async def test_a_read_back_the_model_writes_itself_is_never_spoken_and_it_is_ask
 
     llm.script = model
     req = request("Book S1 for me")
+    caught_before = READ_BACKS_MIMICKED._value.get()
     events = await run(make(profile=CONFIRMING), req)
+    assert READ_BACKS_MIMICKED._value.get() == caught_before + 1  # operators see it on /metrics
     first, second = main_requests(llm)
     assert "tool_choice" not in first and second["tool_choice"] == "required"
     assert second["messages"] == first["messages"]  # asked again on the same (cached) prompt
