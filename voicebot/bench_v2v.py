@@ -316,11 +316,12 @@ async def main_async(rounds: int) -> dict[str, Any]:
         booking = runs.pop("booking via the model")
         runs["booking, first request (rules)"] = booking[::len(BOOKING)]
         runs["booking via the model"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
-        from services.brain.profile import load_profile  # lazily, like speech()'s STT bench voices
+        from services.brain.mimicry import opening  # lazily, like speech()'s STT bench voices
+        from services.brain.profile import load_profile
 
         sentences = load_profile("restaurant").sentences
-        opening = sentences.confirm.split("{action}", 1)[0]
-        results = {case: summarise(turns, sentences.blocked, opening) for case, turns in runs.items()}
+        read_back = opening(sentences.confirm)
+        results = {case: summarise(turns, sentences.blocked, read_back) for case, turns in runs.items()}
         results["stt_decodes"] = await stt_decodes(stt.ready["metrics"])
     finally:
         stack.stop()

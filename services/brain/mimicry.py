@@ -17,13 +17,18 @@ import re
 from collections.abc import Iterable
 
 
+def opening(template: str) -> str:
+    """The words a confirm sentence speaks before the action ("To confirm: "); "" for none."""
+    return template.split("{action}", 1)[0] if "{action}" in template else ""
+
+
 def _normal(text: str) -> str:
     return re.sub(r"\s+", " ", text.lower()).lstrip()
 
 
 class ReadBackMimicry:
     def __init__(self, templates: Iterable[str]) -> None:
-        openings = (_normal(t.split("{action}", 1)[0]).rstrip() for t in templates if "{action}" in t)
+        openings = (_normal(opening(t)).rstrip() for t in templates)
         self.openings = [o for o in openings if o]
         self.caught = False
         self._held = ""

@@ -41,9 +41,9 @@ _NAME = re.compile(r"\b(?i:my name is|this is|under the name|under|name's|i'm|i 
                    r"\s+([A-Z][a-z]+)\b")
 _NOT_NAMES = {"Looking", "Calling", "Sorry", "Just", "Not", "Here", "Good", "Fine", "Hoping", "Trying"}
 # Changes relative to what was read back: "one more person", "a little later", "the day after".
-_MORE = re.compile(r"\b(?:" + _NUM + r"|a|an)?\s*(?:more|extra|additional)\s+(?:person|people|guests?)\b"
-                   r"|\banother\s+(?:person|guest)\b", re.I)
 _GUESTS = r"(?:person|people|guests?)"
+_MORE = re.compile(r"\b(?:" + _NUM + r"|a|an)?\s*(?:more|extra|additional)\s+" + _GUESTS +
+                   r"\b|\banother\s+(?:person|guest)\b", re.I)
 _FEWER = re.compile(
     r"\b" + _NUM + r"\s+(?:(?:less|fewer)\s+" + _GUESTS + "|" + _GUESTS + r"\s+(?:less|fewer))\b", re.I)
 _DAY_AFTER = re.compile(r"\b(?:the\s+(?:day|night)\s+after|the\s+next\s+day|a\s+day\s+later)\b", re.I)

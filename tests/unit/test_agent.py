@@ -19,14 +19,12 @@ from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.metrics import READ_BACKS_MIMICKED
-from services.brain.profile import Profile, Sentences
+from services.brain.profile import Profile
 from services.brain.session_store import SessionStore, Turn
 from services.brain.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
 from tests.fakes.fake_llm import is_guard, last_user_text
 from voicebot.v1 import brain_pb2
 
-# Confirm sentences that open with words of their own, as the shipped profiles' do.
-CONFIRMING = Profile(sentences=Sentences(confirm="To confirm: {action}. Shall I go ahead?"))
 SLOTS_SCHEMA = {"type": "object", "properties": {"day": {"type": "string"}, "people": {"type": "integer"}},
                 "required": ["day"], "additionalProperties": False}
 
@@ -74,7 +72,7 @@ async def brain(redis_url, scripted_llm):
     clients: list[OpenAIChatClient] = []
     tools = ToolLog()
 
-    def make(guard=False, limits=None, clock=None, with_tools=True, prefill=False, profile=None):
+    def make(guard=False, limits=None, clock=None, with_tools=True, prefill=False):
         settings = BrainSettings(llm_base_url=scripted_llm.base_url, llm_deadline_s=0.5,
                                  prefill_after_reply=prefill)
         chat = OpenAIChatClient(settings.llm_base_url, "m", deadline_s=0.5)
@@ -82,7 +80,7 @@ async def brain(redis_url, scripted_llm):
         kwargs = {"clock": clock} if clock else {}
         return Agent(settings, chat, SessionStore(redis, 60), tools=tools.registry() if with_tools else None,
                      guard=TopicGuard(chat, "answering questions") if guard else None, limits=limits,
-                     profile=profile, **kwargs)
+                     **kwargs)
 
     yield make, SessionStore(redis, 60), scripted_llm, tools
     for chat in clients:
@@ -444,7 +442,7 @@ async def test_a_read_back_the_model_writes_itself_is_never_spoken_and_it_is_ask
     llm.script = model
     req = request("Book S1 for me")
     caught_before = READ_BACKS_MIMICKED._value.get()
-    events = await run(make(profile=CONFIRMING), req)
+    events = await run(make(), req)
     assert READ_BACKS_MIMICKED._value.get() == caught_before + 1  # operators see it on /metrics
     first, second = main_requests(llm)
     assert "tool_choice" not in first and second["tool_choice"] == "required"
@@ -460,7 +458,7 @@ async def test_a_read_back_the_model_writes_itself_is_never_spoken_and_it_is_ask
 async def test_a_read_back_of_its_own_when_no_tool_call_may_follow_gives_the_fallback(brain):
     make, _, llm, _ = brain
     llm.script = lambda _b: "To confirm: it is all done. Shall I go ahead?"
-    events = await run(make(with_tools=False, profile=CONFIRMING), request("Book it"))
+    events = await run(make(with_tools=False), request("Book it"))
     assert spoken(events) == "Sorry, I'm having trouble right now. Could you say that again?"
     assert len(main_requests(llm)) == 1
 
