@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import signal
 import sys
 import tempfile
@@ -63,12 +64,17 @@ QUESTIONS = [
 BOOKING = [
     "I would like a table for two on Friday at seven pm and my name is Robin",  # rules: read back by code
     # Corrections (dialog rules) whose new values the restaurant's hooks cannot read, so the
-    # model proposes; "we are four", "on Saturday", "a little later", "one more person" or "the
-    # day after" the hooks carry by rule.
-    "Can we push it back by thirty minutes instead",
-    "Actually my partner is joining us too",
+    # model reads them, as the booking's fields (services/brain/change_fields.py); "we are
+    # four", "on Saturday", "a little later", "push it back", "one more person", "my partner is
+    # joining us" or "the day after" the hooks carry by rule.
+    "Could we do eight instead",
+    "Actually my friend can't come so it's just me",
     "Could we move it to the weekend instead",
 ]
+# What the read-back of each change must say to be the change asked for.
+AS_ASKED = {"Could we do eight instead": r"\beight p m\b",
+            "Actually my friend can't come so it's just me": r"\btable for one\b",
+            "Could we move it to the weekend instead": r"\b(?:saturday|sunday)\b"}
 BOOKING_VOICES = [("piper", 0)]
 # Booking sessions per round: each change is one turn, and a misheard first request (no
 # read-back, so nothing to change) takes its session's changes out of the path.
@@ -96,6 +102,12 @@ class Turn:
     stages: dict[str, Any] = field(default_factory=dict)
     reply: str = ""
     heard: str = ""  # the final transcript(s) the turn ran on
+
+    def as_asked(self, read_back_opening: str) -> bool:
+        """A read-back that says what the change asked for (AS_ASKED)."""
+        expected = AS_ASKED.get(self.text)
+        return bool(expected and read_back_opening and self.reply.startswith(read_back_opening)
+                    and re.search(expected, self.reply, re.I))
 
     @property
     def misheard(self) -> bool:
@@ -226,7 +238,8 @@ def summarise(turns: list[Turn], blocked_sentence: str = "", read_back_opening: 
     """Percentiles per stage; and how many turns the STT misheard or the guard blocked (each
     question is in the domain, so a block is a wrong one, and its short canned answer is fast),
     and how many replies were code's read-back of a pending action (they open with the profile's
-    confirm sentence, which the model's own text may not: services/brain/mimicry.py)."""
+    confirm sentence, which the model's own text may not: services/brain/mimicry.py), and how
+    many of those read back the change that was asked for."""
     def stat(values: list[float]) -> dict[str, float | None]:
         return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95)}
 
@@ -236,6 +249,7 @@ def summarise(turns: list[Turn], blocked_sentence: str = "", read_back_opening: 
             "blocked": sum(bool(blocked_sentence) and t.reply == blocked_sentence for t in turns),
             "read_back": sum(bool(read_back_opening) and t.reply.startswith(read_back_opening)
                              for t in turns),
+            "as_asked": sum(t.as_asked(read_back_opening) for t in turns),
             "client_v2v_ms": stat(measured),
             "stages_ms": {s: stat([t.stages[s] for t in turns if t.stages.get(s) is not None])
                           for s in STAGES}}
@@ -279,10 +293,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         p50, p95 = value["p50"], value["p95"]
         return "–" if p50 is None else f"{p50:.0f} / {p95:.0f}"
 
-    rows = ["| case | turns (misheard, blocked, read back) | client v2v p50/p95 ms | "
+    rows = ["| case | turns (misheard, blocked, read back, as asked) | client v2v p50/p95 ms | "
             + " | ".join(STAGES) + " |", "|---|---|---|" + "---|" * len(STAGES)]
     for case, r in results.items():
-        counts = f"{r['turns']} ({r['misheard']}, {r['blocked']}, {r['read_back']})"
+        counts = f"{r['turns']} ({r['misheard']}, {r['blocked']}, {r['read_back']}, {r['as_asked']})"
         rows.append(f"| {case} | {counts} | {cell(r['client_v2v_ms'])} | "
                     + " | ".join(cell(r["stages_ms"][s]) for s in STAGES) + " |")
     return "\n".join(rows)

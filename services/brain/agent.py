@@ -31,6 +31,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from services.brain.actions import Actions, WriteOutcome
+from services.brain.change_fields import ask_change_fields
 from services.brain.config import BrainSettings
 from services.brain.context import build_messages, history_messages, state_block, state_text
 from services.brain.dialog import (
@@ -42,7 +43,7 @@ from services.brain.dialog import (
     is_dialogue_act,
 )
 from services.brain.guard import GuardVerdict, TopicGuard
-from services.brain.hooks import DomainHooks, HookContext
+from services.brain.hooks import DomainHooks, HookContext, HookResult
 from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from services.brain.metrics import (
     GUARD_BLOCKS,
@@ -352,7 +353,9 @@ class Agent:
         # what came of them (the pending action, the collected fields, the references with their
         # labels). Stored, they were ~420 tokens the LLM server prefilled after the read-back
         # (10 s on two cores), ahead of the caller's answer to it.
-        steps = turn.steps if turn.record["llm_calls"] else []  # each model call is recorded as sent
+        # Each model call is recorded as sent; one that read a change as fields saw no steps.
+        saw_steps = any(call.get("purpose") != "change_fields" for call in turn.record["llm_calls"])
+        steps = turn.steps if saw_steps else []
         stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "")
         state = turn.state
 
@@ -439,13 +442,22 @@ class Agent:
         ctx = HookContext(turn.request.text, turn.request.language or "en", turn.state.task,
                           frozenset(spec.name for spec in self.tools.specs()), read, decision.correcting)
         result = await self.hooks.before_model(ctx)
+        if result is None and decision.correcting is not None and self.hooks.change_fields:
+            result = await self._from_change_fields(turn, ctx)
         if turn.unreachable:  # the hook's lookup found the tool server down
             await self.say(turn, events, self.sentences.tool_unavailable)
             return True
         if result is None:
             return False
+        if result.extra.get("unchanged"):
+            # The model read no change into the words: code asks, rather than read back the same.
+            await self.say(turn, events, self.sentences.ask_what_to_change)
+            return True
         if result.note:
             turn.note = " ".join(filter(None, [turn.note, result.note]))
+            # The hook looked the change up and has something to say about it (no table then):
+            # the model tells the caller; a tool call is no longer what must come first.
+            turn.tool_required = False
         if result.propose is None:
             return False
         await passed.wait()
@@ -457,6 +469,24 @@ class Agent:
             await self.say(turn, events, self.actions.confirm_sentence(turn.state.pending))
             return True
         return False
+
+    async def _from_change_fields(self, turn: TurnRun, ctx: HookContext) -> HookResult | None:
+        """The model reads the change as the hook's fields (``change_fields``), over this turn's
+        prompt; the hook proposes from them. The state block is not fixed for the turn here: a
+        note the hook adds must still reach the model calls after this one."""
+        spec = self.hooks.change_fields
+        assert spec is not None
+        context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
+        messages = self._messages(turn, context, spec.instruction)
+        record: dict[str, Any] = {}
+        turn.record["llm_calls"].append(record)
+        fields = await ask_change_fields(self.chat, messages, self.tools.definitions() or None,
+                                         spec, record)
+        if fields is None:
+            return None
+        if all(ctx.task.get(key) == value for key, value in fields.items()):
+            return HookResult(extra={"unchanged": True})
+        return await self.hooks.from_fields(ctx, fields)
 
     async def _classify(self, read_back: str, reply: str) -> Decision:
         """Structured-output call, only when the rules could not tell yes from no."""
@@ -541,8 +571,11 @@ class Agent:
     def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
         if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
             turn.context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
+        return self._messages(turn, turn.context, instruction)
+
+    def _messages(self, turn: TurnRun, context: str, instruction: str = "") -> list[dict[str, Any]]:
         return build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
-                              turn.context, self.settings.recent_turns, self.settings.history_turns,
+                              context, self.settings.recent_turns, self.settings.history_turns,
                               instruction)
 
     def _state_block(self, state: SessionState, note: str, request: brain_pb2.RespondRequest,

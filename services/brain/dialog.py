@@ -33,7 +33,8 @@ _YES = re.compile(
     r"[\s.!]*$", re.I)
 _NO = re.compile(r"^(?:no|nope|nah|not really|don't|do not|wait|아니요|아니오|아뇨|아니)\b[\s,.!]*", re.I)
 _CHANGE = re.compile(
-    r"\b(?:actually|instead|rather|change|make it|switch|move it|later|earlier|another|different)\b|\d|"
+    r"\b(?:actually|instead|rather|change|make it|switch|move it|later|earlier|another|different|"
+    r"push|forward|joining)\b|\d|"
     r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|tomorrow|tonight|"
     r"morning|afternoon|evening|noon|half past|quarter|o'clock|one|two|three|four|five|six|seven|"
     r"eight|nine|ten|eleven|twelve|we are|we.re|people)\b|"

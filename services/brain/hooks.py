@@ -8,6 +8,13 @@ model's call: schema check, reference resolution, one pending action, a
 read-back made by code, and a write only after the caller's yes. A hook can
 never run a write itself, and the core never needs one.
 
+When the caller changes what was read back in words the rules cannot read ("could we
+do eight instead"), a hook that declares ``change_fields`` has the model fill in only
+its fields (structured output, checked against the schema by code), and proposes
+from them in ``from_fields``: the model reads the words, code picks the tool, its
+arguments and the slot. A small model writes a change as such fields far more often
+right than as a new tool call (which tends to reuse an old reference).
+
 ``profile.hooks = "package.module:factory"``; ``factory(profile)`` returns a
 ``DomainHooks``.
 """
@@ -43,10 +50,27 @@ class HookResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ChangeFields:
+    """What the model is asked for a change the rules could not read: the hook's fields as a JSON
+    schema (sent as the response format) and the instruction sent after the caller's words."""
+
+    schema: dict[str, Any]
+    instruction: str
+    max_tokens: int = 60
+
+
 class DomainHooks:
     """Override what you need; the defaults do nothing."""
 
+    change_fields: ChangeFields | None = None
+
     async def before_model(self, ctx: HookContext) -> HookResult | None:
+        return None
+
+    async def from_fields(self, ctx: HookContext, fields: dict[str, Any]) -> HookResult | None:
+        """``fields``: the model's reading of a change (``ctx.correcting``), already checked
+        against ``change_fields.schema``. Propose from them as ``before_model`` would."""
         return None
 
 

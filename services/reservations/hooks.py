@@ -7,8 +7,10 @@ should take: ``find_slots``, then a ``create_reservation`` call for the slot at
 the wished time. That call is only a proposal: the brain reads it back and
 books after the caller's yes. A correction ("half past seven", "we are three,
 not two") updates the task and proposes anew, and so does one relative to the read-back
-("one more person", "a little later", "the day after"). Anything the rules miss is left to
-the model. English only.
+("one more person", "a little later", "the day after"). A change the rules cannot read
+("could we do eight instead") is asked of the model as the booking's day, time and party size
+(``CHANGE_FIELDS``), and proposed from those the same way. Anything else the rules miss is left
+to the model. English only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.brain.hooks import DomainHooks, HookContext, HookResult
+from services.brain.hooks import ChangeFields, DomainHooks, HookContext, HookResult
 
 _NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
             "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
@@ -51,10 +53,34 @@ _DAY_BEFORE = re.compile(r"\b(?:the\s+(?:day|night)\s+before|a\s+day\s+earlier)\
 _SHIFT = re.compile(r"\b(?:(an?\s+hour|half\s+an\s+hour)|a\s+(?:little|bit)(?:\s+bit)?|slightly)?\s*"
                     r"\b(later|earlier)\b", re.I)
 _CALL_BACK = re.compile(r"\bcall\b", re.I)  # "I'll call back later" is no later table
+# "Push it back by half an hour" (later), "bring it forward an hour" (earlier); without an
+# amount, half an hour. The 1.5B model read "push it back" as earlier.
+_PUSH = re.compile(r"\b(?:(push|put|move)|(bring|move))\s+"
+                   r"(?:it|that|this|the\s+(?:booking|reservation|table))?\s*(?(1)back|forward)\b", re.I)
+_AN_HOUR = re.compile(r"\b(?<!half )(?:an?|one)\s+hour\b", re.I)
+# "My partner is joining us too": one more (plural subjects are not counted by rule).
+_JOINING = re.compile(r"\b(?:is|'s)\s+(?:also\s+)?(?:joining\s+us|coming\s+(?:with\s+us|along|too))\b",
+                      re.I)
 _WEEK = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _BOOKING = re.compile(r"\b(book|table|reserv)", re.I)
 _CANCEL = re.compile(r"\b(cancel|change my|move my)", re.I)
 REQUIRED = ("day", "time", "people", "name")
+# The booking after a change, as the model is asked to write it. All three, always: the 1.5B
+# model got 7 of 10 changes right this way, and fewer when asked for the changed fields alone.
+CHANGE_FIELDS = ChangeFields(
+    schema={
+        "type": "object",
+        "properties": {
+            "day": {"type": "string", "enum": [*_WEEK, "today", "tomorrow"]},
+            "time": {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"},
+            "people": {"type": "integer", "minimum": 1, "maximum": 20},
+        },
+        "required": ["day", "time", "people"],
+        "additionalProperties": False,
+    },
+    instruction=("Answer with one line of JSON: the booking as it should be after the caller's "
+                 "change (day, time on the 24-hour clock, people)."),
+)
 
 
 def _number(token: str) -> int:
@@ -91,14 +117,17 @@ def extract_slots(text: str) -> dict[str, Any]:
 
 
 def relative_changes(text: str, task: dict[str, Any]) -> dict[str, Any]:
-    """A change to what the caller was read back, relative to it: "one more person" (+1), "a
-    little later" (+30 min; "an hour later" +60), "the day after" (next weekday). Only values
+    """A change to what the caller was read back, relative to it: "one more person" or "my
+    partner is joining us" (+1), "a little later" or "push it back" (+30 min; "an hour later"
+    +60), "the day after" (next weekday). Only values
     the task holds are changed; a day said as a date or "tomorrow" is left to the model."""
     found: dict[str, Any] = {}
     people = task.get("people")
     if isinstance(people, int):
         if more := _MORE.search(text):
             found["people"] = people + (_number(more.group(1)) if more.group(1) else 1)
+        elif _JOINING.search(text):
+            found["people"] = people + 1
         elif fewer := _FEWER.search(text):
             found["people"] = max(1, people - _number(fewer.group(1)))
     day = str(task.get("day") or "")
@@ -109,13 +138,23 @@ def relative_changes(text: str, task: dict[str, Any]) -> dict[str, Any]:
         found["day"] = "tomorrow"
     rest = _DAY_BEFORE.sub(" ", _DAY_AFTER.sub(" ", text))
     clock = re.fullmatch(r"(\d{2}):(\d{2})", str(task.get("time") or ""))
-    if clock and not _CALL_BACK.search(rest) and (shift := _SHIFT.search(rest)):
-        minutes = 60 if shift.group(1) and "half" not in shift.group(1).lower() else 30
-        total = int(clock.group(1)) * 60 + int(clock.group(2))
-        total += minutes if shift.group(2).lower() == "later" else -minutes
+    if clock and not _CALL_BACK.search(rest) and (shift := _time_shift(rest)):
+        total = int(clock.group(1)) * 60 + int(clock.group(2)) + shift
         if 0 <= total < 24 * 60:
             found["time"] = f"{total // 60:02d}:{total % 60:02d}"
     return found
+
+
+def _time_shift(text: str) -> int | None:
+    """Minutes later (negative: earlier): "a little later" +30, "an hour earlier" -60, "push it
+    back by an hour" +60, "bring it forward" -30."""
+    if shift := _SHIFT.search(text):
+        minutes = 60 if shift.group(1) and "half" not in shift.group(1).lower() else 30
+        return minutes if shift.group(2).lower() == "later" else -minutes
+    if push := _PUSH.search(text):
+        minutes = 60 if _AN_HOUR.search(text) else 30
+        return minutes if push.group(1) else -minutes
+    return None
 
 
 def is_booking_request(text: str) -> bool:
@@ -127,6 +166,8 @@ def complete(slots: dict[str, Any]) -> bool:
 
 
 class RestaurantHooks(DomainHooks):
+    change_fields = CHANGE_FIELDS
+
     def __init__(self, profile: Any = None) -> None:
         self.profile = profile
 
@@ -140,7 +181,19 @@ class RestaurantHooks(DomainHooks):
         elif _CANCEL.search(ctx.text):
             task.pop("intent", None)  # a cancellation is the model's (find_reservation first)
         task.update(found)
-        if not (found and task.get("intent") == "book" and complete(task)
+        if not found:
+            return None
+        return await self._propose(ctx)
+
+    async def from_fields(self, ctx: HookContext, fields: dict[str, Any]) -> HookResult | None:
+        ctx.task.update(fields, intent="book")
+        return await self._propose(ctx)
+
+    @staticmethod
+    async def _propose(ctx: HookContext) -> HookResult | None:
+        """``find_slots`` for the task, then a ``create_reservation`` proposal for the wished time."""
+        task = ctx.task
+        if not (task.get("intent") == "book" and complete(task)
                 and {"find_slots", "create_reservation"} <= ctx.tools):
             return None
         wanted = {"day": task["day"], "people": task["people"], "time": task["time"]}

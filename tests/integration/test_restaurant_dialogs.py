@@ -9,6 +9,7 @@ issue 11's findings, judged by what the reservation server recorded.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -147,6 +148,61 @@ async def test_changes_relative_to_the_read_back_are_read_back_and_booked(restau
     await caller.say("Yes, please.")
     [booking] = await booked(caller)
     assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-05", "19:30", 3)
+
+
+def fields_model(fields: dict | str):
+    """A model that talks, and reads a change as ``fields`` when asked for the hook's fields."""
+    def script(body):
+        if (body.get("response_format") or {}).get("json_schema", {}).get("name") == "change":
+            return fields if isinstance(fields, str) else json.dumps(fields)
+        return talker(body)
+    return script
+
+
+async def test_a_change_only_the_model_can_read_is_read_back_from_its_fields_and_booked(restaurant):
+    """"Could we do eight instead?": the rules cannot tell a time from a party size there, so the
+    model is asked for the booking's fields; code finds the slot, reads it back, and the yes books
+    exactly that."""
+    make, booked, llm = restaurant
+    caller = make()
+    await caller.say("A table for two on Friday at 7 pm, my name is NAME.")
+    llm.script = fields_model({"day": "friday", "time": "20:00", "people": 2})
+    said = await caller.say("Could we do eight instead?")
+    assert said.startswith("To confirm: a table for two on Friday") and "eight p m" in said
+    [ask] = [body for body in llm.requests if body.get("response_format")]
+    assert ask["tools"] and ask["messages"][-2] == {"role": "user", "content": "Could we do eight instead?"}
+    assert ask["messages"][-1]["role"] == "system" and "JSON" in ask["messages"][-1]["content"]
+    await caller.say("Yes, please.")
+    [booking] = await booked(caller)
+    assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-04", "20:00", 2)
+
+
+async def test_when_the_model_reads_no_change_code_asks_what_to_change(restaurant):
+    make, booked, llm = restaurant
+    caller = make()
+    await caller.say("A table for two on Friday at 7 pm, my name is NAME.")
+    llm.script = fields_model({"day": "friday", "time": "19:00", "people": 2})  # as read back
+    said = await caller.say("Could we do something different instead?")
+    assert said == "Okay, nothing is booked. What would you like to change?"
+    await caller.say("Yes.")
+    assert await booked(caller) == [] and (await caller.state()).pending is None
+
+
+@pytest.mark.parametrize("answer", ['{"day": "friday", "time": "8 pm", "people": 2}',
+                                    '{"day": "friday", "time": "20:00", "people": 0}', "Sure thing!"])
+async def test_fields_outside_the_schema_are_not_used(restaurant, answer):
+    """A server that ignores the response format, or a model that writes past it: the fields are
+    not used, the turn goes on through the model, and nothing is read back or booked."""
+    make, booked, llm = restaurant
+    caller = make()
+    await caller.say("A table for two on Friday at 7 pm, my name is NAME.")
+    llm.script = fields_model(answer)
+    said = await caller.say("Could we do eight instead?")
+    assert "Shall I go ahead?" not in said
+    records = await caller.agent.store.records("alice", caller.session)
+    assert records[-1]["llm_calls"][0]["purpose"] == "change_fields" and records[-1]["llm_calls"][0]["error"]
+    await caller.say("Yes.")
+    assert await booked(caller) == []
 
 
 async def test_a_complete_request_in_everyday_words_is_read_back_at_once(restaurant):

@@ -63,3 +63,17 @@ def test_a_reply_counts_as_read_back_when_it_opens_with_the_profiles_confirm_sen
              Turn("b", "One more person", "piper", 800.0, {}, "Sure, what time would you like?")]
     assert summarise(turns, "", "To confirm: ")["read_back"] == 1
     assert summarise(turns)["read_back"] == 0
+
+
+def test_a_read_back_counts_as_asked_only_when_it_says_the_change_that_was_asked_for():
+    from voicebot.bench_v2v import Turn, summarise
+
+    opening = "To confirm: "
+    eight = "Could we do eight instead"
+    turns = [Turn("b", eight, "piper", reply="To confirm: a table for two at eight p m."),
+             Turn("b", eight, "piper", reply="To confirm: a table for eight at seven p m."),
+             Turn("b", "Could we move it to the weekend instead", "piper", reply="Sunday works? To confirm."),
+             Turn("b", "Could we move it to the weekend instead", "piper",
+                  reply="To confirm: a table for two on Saturday, December fifth.")]
+    summary = summarise(turns, "", opening)
+    assert (summary["read_back"], summary["as_asked"]) == (3, 2)

@@ -14,6 +14,8 @@ from services.brain.dialog import Decision, asks_for_human, classify_confirmatio
     ("아니요, 수요일로 해주세요", Decision.CORRECTION),
     ("Could you make it a little later in the evening please", Decision.CORRECTION),
     ("What about the same time on Saturday instead", Decision.CORRECTION),
+    ("Could you push the booking back by an hour?", Decision.CORRECTION),
+    ("Can we bring it forward a little?", Decision.CORRECTION),
     ("How about eight?", Decision.CORRECTION), ("We'd like a different day", Decision.CORRECTION),
     ("what's the weather like", None), ("hmm", None), ("Could you say that again?", None),
     ("What about parking?", None),

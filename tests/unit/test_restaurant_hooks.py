@@ -50,6 +50,15 @@ TASK = {"intent": "book", "day": "friday", "time": "19:00", "people": 2, "name":
     ("The day after, and a little later.", {"day": "saturday", "time": "19:30"}),
     ("I'll call back later.", {}),
     ("Actually, make it half past seven.", {}),  # an outright value: extract_slots reads it
+    # Idioms the packaged 1.5B model read wrongly as fields (18:30, 18:00, four people):
+    ("Can we push it back by thirty minutes instead", {"time": "19:30"}),
+    ("Could you push the booking back by an hour?", {"time": "20:00"}),
+    ("Can we bring it forward a little?", {"time": "18:30"}),
+    ("Move it forward by an hour, please.", {"time": "18:00"}),
+    ("Actually my partner is joining us too", {"people": 3}),
+    ("My sister's coming along.", {"people": 3}),
+    ("Push it by an hour please", {}),  # no direction: the model's
+    ("Could we move it to the weekend instead", {}),
 ])
 def test_a_change_relative_to_the_read_back(text, changes):
     assert relative_changes(text, TASK) == changes
@@ -80,3 +89,23 @@ async def test_a_relative_change_to_the_read_back_is_proposed_by_rule():
     # Without an action being changed, "later" is no change to anything.
     ctx = HookContext("a little later", "en", dict(TASK), ctx.tools, read, None)
     assert await RestaurantHooks().before_model(ctx) is None
+
+
+async def test_a_change_the_model_read_as_fields_is_proposed_like_one_read_by_rule():
+    from services.brain.hooks import HookContext
+    from services.brain.state import PendingAction
+    from services.reservations.hooks import CHANGE_FIELDS, RestaurantHooks
+
+    async def read(name, arguments):
+        return {"ok": True, "result": {"slots": [{"slot_id": "S5", "time": arguments["time"]}]}}
+
+    read_back = PendingAction(tool="create_reservation", args={}, action="a table for two on Friday at 7 pm")
+    task = dict(TASK)
+    ctx = HookContext("Could we do eight instead?", "en", task,
+                      frozenset({"find_slots", "create_reservation"}), read, read_back)
+    assert await RestaurantHooks().before_model(ctx) is None  # a time or a party size: the rules can't tell
+    assert RestaurantHooks.change_fields is CHANGE_FIELDS and CHANGE_FIELDS.schema["required"] == [
+        "day", "time", "people"]
+    result = await RestaurantHooks().from_fields(ctx, {"day": "friday", "time": "20:00", "people": 2})
+    assert result.propose == ("create_reservation", {"slot_id": "S5", "name": "Robin", "people": 2})
+    assert task["time"] == "20:00"  # the task holds the change, for the next one
