@@ -205,6 +205,33 @@ async def test_fields_outside_the_schema_are_not_used(restaurant, answer):
     assert await booked(caller) == []
 
 
+async def test_a_change_read_by_code_is_not_screened_unless_the_model_loop_answers_it(restaurant):
+    """A guard that blocks everything: a change the rules call a change, read as fields, is read
+    back by code without asking it; when the fields are unusable and the model loop would answer,
+    the guard is asked first, and its block is the answer (nothing spoken by the model)."""
+    make, booked, llm = restaurant
+    caller = make(guard=True)
+    llm.script = lambda body: "ALLOW" if is_guard(body) else talker(body)
+    await caller.say("A table for two on Friday at 7 pm, my name is NAME.")
+    fields = fields_model({"day": "friday", "time": "20:00", "people": 2})
+    llm.script = lambda body: "BLOCK" if is_guard(body) else fields(body)
+    asked = len(llm.requests)
+    said = await caller.say("Could we do eight instead?")
+    assert "eight p m" in said and said.endswith("Shall I go ahead?")
+    assert not any(is_guard(body) for body in llm.requests[asked:])
+    record = (await caller.agent.store.records("alice", caller.session))[-1]
+    assert record["guard"] == {"allowed": True, "reason": "a change to the read-back"}
+
+    unusable = fields_model("not JSON")
+    llm.script = lambda body: "BLOCK" if is_guard(body) else unusable(body)
+    said = await caller.say("Actually, could we do nine instead?")
+    assert said == ""  # blocked: the fixed sentence comes as a Blocked event, not as deltas
+    record = (await caller.agent.store.records("alice", caller.session))[-1]
+    assert record["outcome"] == "blocked" and record["guard"]["late"] is True
+    await caller.say("Yes.")
+    assert await booked(caller) == []
+
+
 async def test_a_complete_request_in_everyday_words_is_read_back_at_once(restaurant):
     make, booked, _ = restaurant
     caller = make()
