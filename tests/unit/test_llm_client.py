@@ -65,3 +65,14 @@ async def test_server_specific_fields_go_with_every_request(scripted_llm):
     await chat.aclose()
     body = scripted_llm.requests[-1]
     assert body["id_slot"] == 1 and body["grammar"] == 'root ::= "A"' and body["model"] == "m"
+
+
+async def test_a_structured_answer_is_asked_for_greedily_and_speech_at_the_set_temperature(scripted_llm):
+    chat = OpenAIChatClient(scripted_llm.base_url, "m", temperature=0.3)
+    scripted_llm.script = lambda _body: '{"decision": "yes"}'
+    await collect(chat)
+    assert scripted_llm.requests[-1]["temperature"] == 0.3
+    async for _ in chat([{"role": "user", "content": "hi"}], response_format={"type": "json_object"}):
+        pass
+    await chat.aclose()
+    assert scripted_llm.requests[-1]["temperature"] == 0.0
