@@ -103,11 +103,14 @@ class Turn:
     reply: str = ""
     heard: str = ""  # the final transcript(s) the turn ran on
 
-    def as_asked(self, read_back_opening: str) -> bool:
+    def read_back(self, opening: str) -> bool:
+        """Code's read-back of a pending action: it opens with the profile's confirm sentence."""
+        return bool(opening) and self.reply.startswith(opening)
+
+    def as_asked(self, opening: str) -> bool:
         """A read-back that says what the change asked for (AS_ASKED)."""
         expected = AS_ASKED.get(self.text)
-        return bool(expected and read_back_opening and self.reply.startswith(read_back_opening)
-                    and re.search(expected, self.reply, re.I))
+        return bool(expected and self.read_back(opening) and re.search(expected, self.reply, re.I))
 
     @property
     def misheard(self) -> bool:
@@ -247,8 +250,7 @@ def summarise(turns: list[Turn], blocked_sentence: str = "", read_back_opening: 
     return {"turns": len(turns), "no_audio": sum(t.v2v_ms is None for t in turns),
             "misheard": sum(t.misheard for t in turns),
             "blocked": sum(bool(blocked_sentence) and t.reply == blocked_sentence for t in turns),
-            "read_back": sum(bool(read_back_opening) and t.reply.startswith(read_back_opening)
-                             for t in turns),
+            "read_back": sum(t.read_back(read_back_opening) for t in turns),
             "as_asked": sum(t.as_asked(read_back_opening) for t in turns),
             "client_v2v_ms": stat(measured),
             "stages_ms": {s: stat([t.stages[s] for t in turns if t.stages.get(s) is not None])

@@ -31,7 +31,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from services.brain.actions import Actions, WriteOutcome
-from services.brain.change_fields import ask_change_fields
+from services.brain.change_fields import UNCHANGED, parse_fields, response_format
 from services.brain.config import BrainSettings
 from services.brain.context import build_messages, history_messages, state_block, state_text
 from services.brain.dialog import (
@@ -45,7 +45,7 @@ from services.brain.dialog import (
 )
 from services.brain.guard import GuardVerdict, TopicGuard
 from services.brain.hooks import DomainHooks, HookContext, HookResult
-from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
+from services.brain.llm import ChatChunk, ChatFunction, LLMRequestError, LLMUnavailable
 from services.brain.metrics import (
     GUARD_BLOCKS,
     HANDOFFS,
@@ -475,7 +475,7 @@ class Agent:
             return True
         if result is None:
             return False
-        if result.extra.get("unchanged"):
+        if result is UNCHANGED:
             # The model read no change into the words: code asks, rather than read back the same.
             await self.say(turn, events, self.sentences.ask_what_to_change)
             return True
@@ -498,20 +498,34 @@ class Agent:
 
     async def _from_change_fields(self, turn: TurnRun, ctx: HookContext) -> HookResult | None:
         """The model reads the change as the hook's fields (``change_fields``), over this turn's
-        prompt; the hook proposes from them. The state block is not fixed for the turn here: a
-        note the hook adds must still reach the model calls after this one."""
+        prompt, the tools included (they are part of the cached prefix); the hook proposes from
+        them. ``UNCHANGED`` when they are what was read back. The state block is not fixed for
+        the turn here: a note the hook adds must still reach the model calls after this one."""
         spec = self.hooks.change_fields
         assert spec is not None
         context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
         messages = self._messages(turn, context, spec.instruction)
-        record: dict[str, Any] = {}
+        record: dict[str, Any] = {"purpose": "change_fields", "messages": len(messages)}
         turn.record["llm_calls"].append(record)
-        fields = await ask_change_fields(self.chat, messages, self.tools.definitions() or None,
-                                         spec, record)
-        if fields is None:
-            return None
+        parts: list[str] = []
+        started = time.perf_counter()
+        try:
+            async for chunk in self.chat(messages, tools=self.tools.definitions() or None,
+                                         max_tokens=spec.max_tokens,
+                                         response_format=response_format(spec)):
+                parts.append(chunk.text)
+                self._count(turn, chunk, record)
+            fields = parse_fields("".join(parts), spec)
+        except (LLMUnavailable, LLMRequestError, ValueError) as exc:
+            log.info("no usable change fields from the model", extra={"error": str(exc)[:200]})
+            record["error"] = str(exc)[:200]
+            return None  # the turn goes on without them
+        finally:
+            LLM_CALL_SECONDS.observe(time.perf_counter() - started)
+            record["ms"] = round((time.perf_counter() - started) * 1000)
+        record["fields"] = fields
         if all(ctx.task.get(key) == value for key, value in fields.items()):
-            return HookResult(extra={"unchanged": True})
+            return UNCHANGED
         return await self.hooks.from_fields(ctx, fields)
 
     async def _classify(self, read_back: str, reply: str) -> Decision:
@@ -643,12 +657,7 @@ class Agent:
         try:
             async for chunk in self.chat(messages, tools=tools, tool_choice=tool_choice):
                 structured.add(chunk.tool_calls)
-                if chunk.usage:
-                    self._usage(turn, chunk.usage, call_record)
-                if chunk.timings:  # llama.cpp's server says how much of the prompt it had cached
-                    call_record.update(cached_tokens=chunk.timings.get("cache_n"),
-                                       prefill_tokens=chunk.timings.get("prompt_n"),
-                                       prefill_ms=round(chunk.timings.get("prompt_ms") or 0))
+                self._count(turn, chunk, call_record)
                 speakable = cleaner.clean(mimicry.push(text_calls.push(chunk.text)))
                 if mimicry.caught:
                     READ_BACKS_MIMICKED.inc()
@@ -760,6 +769,15 @@ class Agent:
                 value = self.references.only_known(value, tool.spec.only_known, state)
             result.content["result"] = self.references.present(value, state)
         return result
+
+    def _count(self, turn: TurnRun, chunk: ChatChunk, call_record: dict[str, Any]) -> None:
+        """A chunk's token counts into the call's record and the metrics."""
+        if chunk.usage:
+            self._usage(turn, chunk.usage, call_record)
+        if chunk.timings:  # llama.cpp's server says how much of the prompt it had cached
+            call_record.update(cached_tokens=chunk.timings.get("cache_n"),
+                               prefill_tokens=chunk.timings.get("prompt_n"),
+                               prefill_ms=round(chunk.timings.get("prompt_ms") or 0))
 
     @staticmethod
     def _usage(turn: TurnRun, usage: dict[str, Any], call_record: dict[str, Any]) -> None:

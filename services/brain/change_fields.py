@@ -10,48 +10,29 @@ names a tool or a reference here, so it cannot reuse an old slot for a new time.
 from __future__ import annotations
 
 import json
-import logging
-import time
 from typing import Any
 
 import jsonschema
 
-from services.brain.hooks import ChangeFields
-from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
+from services.brain.hooks import ChangeFields, HookResult
 
-log = logging.getLogger("brain.change_fields")
+# The model's fields are what was read back: it read no change into the words, so code asks.
+UNCHANGED = HookResult()
 
 
-async def ask_change_fields(chat: ChatFunction, messages: list[dict[str, Any]],
-                            tools: list[dict[str, Any]] | None, spec: ChangeFields,
-                            record: dict[str, Any]) -> dict[str, Any] | None:
-    """The fields the model read from the caller's change, checked; None when it gave none we
-    can use (the server down, no JSON, JSON outside the schema). ``record`` gets the call's
-    figures. ``tools`` are sent as in the turn's other calls: they are part of the cached prefix."""
-    started = time.perf_counter()
-    parts: list[str] = []
-    record.update(purpose="change_fields", messages=len(messages))
+def response_format(spec: ChangeFields) -> dict[str, Any]:
+    """The hook's schema as the OpenAI response format (llama-server and vLLM constrain to it)."""
+    return {"type": "json_schema", "json_schema": {"name": "change", "schema": spec.schema}}
+
+
+def parse_fields(text: str, spec: ChangeFields) -> dict[str, Any]:
+    """The model's answer, checked against the hook's schema; ValueError when it is not JSON, not
+    an object, or outside the schema (a server that ignored the response format)."""
+    fields = json.loads(text)  # json.JSONDecodeError is a ValueError
     try:
-        async for chunk in chat(messages, tools=tools, max_tokens=spec.max_tokens, response_format={
-                "type": "json_schema", "json_schema": {"name": "change", "schema": spec.schema}}):
-            parts.append(chunk.text)
-            if chunk.usage:
-                record.update(prompt_tokens=chunk.usage.get("prompt_tokens"),
-                              completion_tokens=chunk.usage.get("completion_tokens"))
-            if chunk.timings:
-                record.update(cached_tokens=chunk.timings.get("cache_n"),
-                              prefill_tokens=chunk.timings.get("prompt_n"))
-        fields = json.loads("".join(parts))
         jsonschema.validate(fields, spec.schema)
-    except (LLMUnavailable, LLMRequestError, ValueError, jsonschema.ValidationError) as exc:
-        # ValueError covers JSON that does not parse; the turn goes on without the fields.
-        log.info("no usable change fields from the model", extra={"error": str(exc)[:200]})
-        record["error"] = str(exc)[:200]
-        return None
-    finally:
-        record["ms"] = round((time.perf_counter() - started) * 1000)
+    except jsonschema.ValidationError as exc:
+        raise ValueError(f"outside the schema: {exc.message}") from exc
     if not isinstance(fields, dict):
-        record["error"] = "not a JSON object"
-        return None
-    record["fields"] = fields
+        raise ValueError("not a JSON object")
     return fields
