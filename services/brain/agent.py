@@ -103,6 +103,9 @@ class TurnRun:
     # (a new proposal, or the lookup it needs), never text that reads a change back itself.
     tool_required: bool = False
     context: str | None = None  # the state block of this turn's prompts ("": none; stored with the turn)
+    # The state block the turn's last model call was sent with: stored with the turn, so the next
+    # prompt repeats that call's prompt byte for byte (a change read as fields fixes no ``context``).
+    sent_context: str | None = None
     screen_later: bool = False  # a change read by code: screened only if the model loop answers
     proposed: bool = False  # a write became the pending action: code reads it back
     unreachable: bool = False  # a tool server was down: code says it cannot check
@@ -380,7 +383,7 @@ class Agent:
         # Each model call is recorded as sent; one that read a change as fields saw no steps.
         saw_steps = any(call.get("purpose") != "change_fields" for call in turn.record["llm_calls"])
         steps = turn.steps if saw_steps else []
-        stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "")
+        stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.sent_context or "")
         state = turn.state
 
         def append(history: SessionHistory) -> None:
@@ -503,7 +506,8 @@ class Agent:
         the turn here: a note the hook adds must still reach the model calls after this one."""
         spec = self.hooks.change_fields
         assert spec is not None
-        context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
+        context = turn.sent_context = self._state_block(turn.state, turn.note, turn.request,
+                                                        turn.history.turns)
         messages = self._messages(turn, context, spec.instruction)
         record: dict[str, Any] = {"purpose": "change_fields", "messages": len(messages)}
         turn.record["llm_calls"].append(record)
@@ -611,6 +615,7 @@ class Agent:
     def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
         if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
             turn.context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
+        turn.sent_context = turn.context
         return self._messages(turn, turn.context, instruction)
 
     def _messages(self, turn: TurnRun, context: str, instruction: str = "") -> list[dict[str, Any]]:

@@ -10,8 +10,9 @@ speech is all the gateway's and the brain's). The transcript is ``FAKE_STT_TEXT`
 ``FAKE_STT_MAX_STREAMS`` (0: none) refuses streams beyond it with RESOURCE_EXHAUSTED, as the
 real service does.
 
-TTS: each sentence (the real segmenter cuts them) is 60 ms of quiet audio per word, in 100 ms
-chunks, sent as soon as the sentence is complete.
+TTS: each piece the real segmenter cuts, with the real service's defaults (the reply's first
+piece at its first comma: "Sure," is spoken while the rest is written), is 60 ms of quiet audio
+per word, in 100 ms chunks, sent as soon as the piece is complete.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from services.tts.config import TtsSettings
 from services.tts.segmenter import SentenceSegmenter
 from voicebot.v1 import stt_pb2, stt_pb2_grpc, tts_pb2, tts_pb2_grpc
 
@@ -30,6 +32,11 @@ SPEECH_RMS = 1000  # int16 units: the bench's "speech" is a tone far above it, s
 PARTIAL_EVERY_MS = 400
 WORD_MS = 60
 CHUNK_MS = 100
+
+
+# How the real TTS cuts a reply (TTS_MAX_CLAUSE_CHARS, TTS_FIRST_CLAUSE_CHARS/_WORDS defaults).
+_SEGMENTS = tuple(TtsSettings.model_fields[name].default
+                  for name in ("max_clause_chars", "first_clause_chars", "first_clause_words"))
 
 
 class InstantStt(stt_pb2_grpc.SpeechToTextServicer):
@@ -109,7 +116,7 @@ class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
         if first is None:
             return
         rate = first.config.sample_rate or 16000
-        segmenter = SentenceSegmenter()
+        segmenter = SentenceSegmenter(*_SEGMENTS)
         index = 0
         async for request in requests:
             if request.WhichOneof("request") == "text":

@@ -177,6 +177,27 @@ async def test_a_change_only_the_model_can_read_is_read_back_from_its_fields_and
     assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-04", "20:00", 2)
 
 
+async def test_the_prompt_after_a_change_read_as_fields_repeats_that_calls_prompt(restaurant):
+    """The turn is stored with the state block its fields call was sent with, so the next prompt
+    (and the prefill after the read-back) starts with that call's prompt up to the caller's words,
+    which the LLM server has cached; before, that turn was stored without it and the next prompt
+    broke off at the turn before (~260 tokens prefilled again after each such change)."""
+    make, _, llm = restaurant
+    caller = make()
+    await caller.say("A table for two on Friday at 7 pm, my name is NAME.")
+    llm.script = fields_model({"day": "friday", "time": "20:00", "people": 2})
+    said = await caller.say("Could we do eight instead?")
+    assert said.endswith("Shall I go ahead?")
+    [ask] = [body for body in llm.requests if body.get("response_format")]
+    sent = ask["messages"][:-1]  # all but the instruction after the caller's words
+    assert str(sent[-2]["content"]).startswith("Session state:")
+    llm.requests.clear()
+    llm.script = talker
+    await caller.say("What is the address?")
+    prompts = [r for r in llm.requests if not is_guard(r) and "response_format" not in r]
+    assert prompts and all(r["messages"][:len(sent)] == sent for r in prompts)
+
+
 async def test_when_the_model_reads_no_change_code_asks_what_to_change(restaurant):
     make, booked, llm = restaurant
     caller = make()
