@@ -626,7 +626,7 @@ class Agent:
     def _state_block(self, state: SessionState, note: str, request: brain_pb2.RespondRequest,
                      turns: list[Turn]) -> str:
         """The state block a prompt after ``turns`` carries ("" when the model sees it already)."""
-        view = state.model_view(note, dict(request.session_context))
+        view = state.model_view(note, dict(request.session_context), self.settings.state_references)
         return state_block(state_text(view), self.empty_state, turns, self.settings.recent_turns,
                            self.settings.history_turns)
 

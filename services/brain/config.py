@@ -78,6 +78,10 @@ class BrainSettings(ServiceSettings):
     history_turns: int = 24
     # Turns kept in full (with tool calls); older ones shrink to question and answer.
     recent_turns: int = 4
+    # References (S1, R2) the state block shows: the latest issued or seen again, i.e. what the
+    # last lookup found. Older ones still resolve; shown, each was ~9 tokens in every prompt of
+    # the session (ten after three changes to a booking: ~90 tokens prefilled after each read-back).
+    state_references: int = 4
     session_ttl_s: int = 24 * 3600
     # A turn waits this long for its history; then the caller hears the fallback (Redis down).
     history_load_timeout_s: float = 1.0

@@ -97,6 +97,7 @@ class SessionState(BaseModel):
         for ref, entry in self.refs.items():
             if entry.kind == kind and entry.id == internal_id:
                 entry.label = label or entry.label
+                self.refs[ref] = self.refs.pop(ref)  # seen again: among the latest (model_view)
                 return ref
         number = 1 + sum(1 for ref in self.refs if ref.rstrip("0123456789") == prefix)
         ref = f"{prefix}{number}"
@@ -111,7 +112,9 @@ class SessionState(BaseModel):
         return any(e.kind == kind and e.id == internal_id for e in self.refs.values())
 
     # ---- what the model sees -------------------------------------------
-    def model_view(self, note: str = "", call: dict[str, str] | None = None) -> dict[str, Any]:
+    def model_view(self, note: str = "", call: dict[str, str] | None = None,
+                   references: int | None = None) -> dict[str, Any]:
+        """What the model is shown of the state; ``references``: at most that many, the latest."""
         view: dict[str, Any] = {"dialog_state": self.mode.value}
         if call:
             view["call"] = dict(sorted(call.items()))  # the call's metadata: data, not the caller's words
@@ -122,7 +125,8 @@ class SessionState(BaseModel):
         if self.last_outcome:
             view["last_outcome"] = self.last_outcome
         if self.refs:
-            view["references"] = {ref: entry.label for ref, entry in self.refs.items()}
+            shown = list(self.refs.items())[-references:] if references else self.refs.items()
+            view["references"] = {ref: entry.label for ref, entry in shown}
         if note:
             view["note"] = note
         return view

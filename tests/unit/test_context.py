@@ -37,3 +37,20 @@ def test_a_left_out_block_leaves_no_message():
     messages = build_messages("system", history, "And at eight?", [], block)
     assert block == "" and messages[-1] == {"role": "user", "content": "And at eight?"}
     assert [m["content"] for m in messages if m["role"] == "system"] == ["system", BOOKING]
+
+
+def test_the_state_block_shows_the_latest_references_and_older_ones_still_resolve():
+    """Three lookups in a booking: the block shows what the last one found (a slot seen again
+    counts as new), not every slot of the session, so it does not grow with each change."""
+    from services.brain.state import SessionState
+
+    state = SessionState()
+    first = [state.issue_ref("slot_id", f"id{n}", f"slot {n}", "S") for n in range(1, 5)]  # S1-S4
+    state.issue_ref("slot_id", "id5", "slot 5", "S")
+    state.issue_ref("slot_id", "id2", "slot 2", "S")  # found again by the second lookup
+    state.issue_ref("slot_id", "id6", "slot 6", "S")
+    shown = state.model_view(references=4)["references"]
+    assert first == ["S1", "S2", "S3", "S4"]
+    assert shown == {"S4": "slot 4", "S5": "slot 5", "S2": "slot 2", "S6": "slot 6"}
+    assert state.resolve_ref("S1", "slot_id").id == "id1"  # not shown, still the same slot
+    assert len(state.model_view()["references"]) == 6  # no limit given: all of them
