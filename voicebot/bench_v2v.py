@@ -71,10 +71,13 @@ BOOKING = [
     "Actually my friend can't come so it's just me",
     "Could we move it to the weekend instead",
 ]
-# What the read-back of each change must say to be the change asked for.
-AS_ASKED = {"Could we do eight instead": r"\beight p m\b",
-            "Actually my friend can't come so it's just me": r"\btable for one\b",
-            "Could we move it to the weekend instead": r"\b(?:saturday|sunday)\b"}
+# What the read-back of each change must say to be the change asked for: the new value and what
+# the changes before it set (a table for two on Friday at seven first), so a change that
+# brings back an older value does not count.
+AS_ASKED = {"Could we do eight instead": r"\btable for two on friday\b[^.]*\beight p m\b",
+            "Actually my friend can't come so it's just me": r"\btable for one on friday\b[^.]*\beight p m\b",
+            "Could we move it to the weekend instead":
+                r"\btable for one on (?:saturday|sunday)\b[^.]*\beight p m\b"}
 BOOKING_VOICES = [("piper", 0)]
 # Booking sessions per round: each change is one turn, and a misheard first request (no
 # read-back, so nothing to change) takes its session's changes out of the path.

@@ -103,9 +103,6 @@ class TurnRun:
     # (a new proposal, or the lookup it needs), never text that reads a change back itself.
     tool_required: bool = False
     context: str | None = None  # the state block of this turn's prompts ("": none; stored with the turn)
-    # The state block the turn's last model call was sent with: stored with the turn, so the next
-    # prompt repeats that call's prompt byte for byte (a change read as fields fixes no ``context``).
-    sent_context: str | None = None
     screen_later: bool = False  # a change read by code: screened only if the model loop answers
     proposed: bool = False  # a write became the pending action: code reads it back
     unreachable: bool = False  # a tool server was down: code says it cannot check
@@ -383,7 +380,7 @@ class Agent:
         # Each model call is recorded as sent; one that read a change as fields saw no steps.
         saw_steps = any(call.get("purpose") != "change_fields" for call in turn.record["llm_calls"])
         steps = turn.steps if saw_steps else []
-        stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.sent_context or "")
+        stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "")
         state = turn.state
 
         def append(history: SessionHistory) -> None:
@@ -503,19 +500,29 @@ class Agent:
         """The model reads the change as the hook's fields (``change_fields``), over this turn's
         prompt, the tools included (they are part of the cached prefix); the hook proposes from
         them. ``UNCHANGED`` when they are what was read back. The state block is not fixed for
-        the turn here: a note the hook adds must still reach the model calls after this one."""
+        the turn here: a note the hook adds must still reach the model calls after this one.
+
+        Nor is it stored with the turn when code reads the change back: the next prompt breaks
+        off at that turn (11-18 tokens more for the prefill after the read-back), but it shows the
+        model the current booking only. Stored, the superseded blocks stayed in the history,
+        and the packaged model took the time of an older one: "move it to the weekend" after
+        "do eight instead" came back at 19:00 (the captured prompt replayed: 20:00 without the
+        older blocks)."""
         spec = self.hooks.change_fields
         assert spec is not None
-        context = turn.sent_context = self._state_block(turn.state, turn.note, turn.request,
-                                                        turn.history.turns)
+        context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
         messages = self._messages(turn, context, spec.instruction)
         record: dict[str, Any] = {"purpose": "change_fields", "messages": len(messages)}
         turn.record["llm_calls"].append(record)
         parts: list[str] = []
         started = time.perf_counter()
         try:
+            # tool_choice "none": the answer is the fields, never a tool call. Under "auto" vLLM's
+            # structured output shuts tool calls out, or is dropped by the fix proposed for
+            # vllm#39929; under "none" the format holds, and the tools stay in the prompt (also in
+            # llama-server's: the cached prefix is the same).
             async for chunk in self.chat(messages, tools=self.tools.definitions() or None,
-                                         max_tokens=spec.max_tokens,
+                                         max_tokens=spec.max_tokens, tool_choice="none",
                                          response_format=response_format(spec)):
                 parts.append(chunk.text)
                 self._count(turn, chunk, record)
@@ -615,7 +622,6 @@ class Agent:
     def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
         if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
             turn.context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
-        turn.sent_context = turn.context
         return self._messages(turn, turn.context, instruction)
 
     def _messages(self, turn: TurnRun, context: str, instruction: str = "") -> list[dict[str, Any]]:

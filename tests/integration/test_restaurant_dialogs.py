@@ -171,31 +171,33 @@ async def test_a_change_only_the_model_can_read_is_read_back_from_its_fields_and
     assert said.startswith("To confirm: a table for two on Friday") and "eight p m" in said
     [ask] = [body for body in llm.requests if body.get("response_format")]
     assert ask["tools"] and ask["messages"][-2] == {"role": "user", "content": "Could we do eight instead?"}
+    assert ask["tool_choice"] == "none"  # tools stay in the cached prompt; the answer is the fields
     assert ask["messages"][-1]["role"] == "system" and "JSON" in ask["messages"][-1]["content"]
     await caller.say("Yes, please.")
     [booking] = await booked(caller)
     assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-04", "20:00", 2)
 
 
-async def test_the_prompt_after_a_change_read_as_fields_repeats_that_calls_prompt(restaurant):
-    """The turn is stored with the state block its fields call was sent with, so the next prompt
-    (and the prefill after the read-back) starts with that call's prompt up to the caller's words,
-    which the LLM server has cached; before, that turn was stored without it and the next prompt
-    broke off at the turn before (~260 tokens prefilled again after each such change)."""
-    make, _, llm = restaurant
+async def test_a_change_read_as_fields_leaves_only_the_current_booking_in_later_prompts(restaurant):
+    """Two changes read as fields: the second call's prompt shows one state block, the current
+    one. A change read as fields is stored without the block it was sent with; stored, the
+    superseded blocks stayed in the history and the packaged model took an older time from them
+    ("move it to the weekend" after "do eight instead" came back at 19:00)."""
+    make, booked, llm = restaurant
     caller = make()
     await caller.say("A table for two on Friday at 7 pm, my name is NAME.")
     llm.script = fields_model({"day": "friday", "time": "20:00", "people": 2})
-    said = await caller.say("Could we do eight instead?")
-    assert said.endswith("Shall I go ahead?")
-    [ask] = [body for body in llm.requests if body.get("response_format")]
-    sent = ask["messages"][:-1]  # all but the instruction after the caller's words
-    assert str(sent[-2]["content"]).startswith("Session state:")
+    await caller.say("Could we do eight instead?")
     llm.requests.clear()
-    llm.script = talker
-    await caller.say("What is the address?")
-    prompts = [r for r in llm.requests if not is_guard(r) and "response_format" not in r]
-    assert prompts and all(r["messages"][:len(sent)] == sent for r in prompts)
+    llm.script = fields_model({"day": "saturday", "time": "20:00", "people": 2})
+    said = await caller.say("Could we move it to the weekend instead?")
+    assert said.startswith("To confirm: a table for two on Saturday") and "eight p m" in said
+    [ask] = [body for body in llm.requests if body.get("response_format")]
+    blocks = [m["content"] for m in ask["messages"] if str(m["content"]).startswith("Session state:")]
+    assert len(blocks) == 1 and '"time": "20:00"' in blocks[0] and '"19:00"' not in blocks[0]
+    await caller.say("Yes, please.")
+    [booking] = await booked(caller)
+    assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-05", "20:00", 2)
 
 
 async def test_when_the_model_reads_no_change_code_asks_what_to_change(restaurant):

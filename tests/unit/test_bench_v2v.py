@@ -70,10 +70,15 @@ def test_a_read_back_counts_as_asked_only_when_it_says_the_change_that_was_asked
 
     opening = "To confirm: "
     eight = "Could we do eight instead"
-    turns = [Turn("b", eight, "piper", reply="To confirm: a table for two at eight p m."),
-             Turn("b", eight, "piper", reply="To confirm: a table for eight at seven p m."),
-             Turn("b", "Could we move it to the weekend instead", "piper", reply="Sunday works? To confirm."),
-             Turn("b", "Could we move it to the weekend instead", "piper",
-                  reply="To confirm: a table for two on Saturday, December fifth.")]
+    weekend = "Could we move it to the weekend instead"
+    said = [
+        (eight, "To confirm: a table for two on Friday, December 4th at eight p m."),
+        (eight, "To confirm: a table for eight on Friday, December 4th at seven p m."),
+        (weekend, "Sunday works? To confirm."),
+        (weekend, "To confirm: a table for one on Saturday, December 5th at eight p m, under Robin."),
+        # The weekend, but at the time the first change had replaced: not as asked.
+        (weekend, "To confirm: a table for one on Saturday, December 5th at seven p m."),
+    ]
+    turns = [Turn("b", text, "piper", reply=reply) for text, reply in said]
     summary = summarise(turns, "", opening)
-    assert (summary["read_back"], summary["as_asked"]) == (3, 2)
+    assert (summary["read_back"], summary["as_asked"]) == (4, 2)
