@@ -380,6 +380,12 @@ class Agent:
         # Each model call is recorded as sent; one that read a change as fields saw no steps.
         saw_steps = any(call.get("purpose") != "change_fields" for call in turn.record["llm_calls"])
         steps = turn.steps if saw_steps else []
+        # No state block either for a change read back from its fields (``turn.context`` is
+        # unset): the next prompt breaks off at this turn (11-18 tokens more to prefill after the
+        # read-back), but shows the model only the current booking. Stored, the superseded
+        # blocks stayed in the history and the packaged model took an older time from them:
+        # "move it to the weekend" after "do eight instead" came back at 19:00 (the captured
+        # prompt replayed: 20:00 without the older blocks).
         stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "")
         state = turn.state
 
@@ -500,14 +506,8 @@ class Agent:
         """The model reads the change as the hook's fields (``change_fields``), over this turn's
         prompt, the tools included (they are part of the cached prefix); the hook proposes from
         them. ``UNCHANGED`` when they are what was read back. The state block is not fixed for
-        the turn here: a note the hook adds must still reach the model calls after this one.
-
-        Nor is it stored with the turn when code reads the change back: the next prompt breaks
-        off at that turn (11-18 tokens more for the prefill after the read-back), but it shows the
-        model the current booking only. Stored, the superseded blocks stayed in the history,
-        and the packaged model took the time of an older one: "move it to the weekend" after
-        "do eight instead" came back at 19:00 (the captured prompt replayed: 20:00 without the
-        older blocks)."""
+        the turn here: a note the hook adds must still reach the model calls after this one, and
+        a turn code reads back from the fields is stored without it (``_finish``)."""
         spec = self.hooks.change_fields
         assert spec is not None
         context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)

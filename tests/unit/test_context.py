@@ -3,6 +3,7 @@ is prompt the LLM server does not prefill at the endpoint."""
 
 from services.brain.context import build_messages, state_block, state_text
 from services.brain.session_store import Turn
+from services.brain.state import SessionState
 
 EMPTY = state_text({"dialog_state": "listen"})
 BOOKING = state_text({"collected": {"party_size": 2}, "dialog_state": "collect"})
@@ -42,8 +43,6 @@ def test_a_left_out_block_leaves_no_message():
 def test_the_state_block_shows_the_latest_references_and_older_ones_still_resolve():
     """Three lookups in a booking: the block shows what the last one found (a slot seen again
     counts as new), not every slot of the session, so it does not grow with each change."""
-    from services.brain.state import SessionState
-
     state = SessionState()
     first = [state.issue_ref("slot_id", f"id{n}", f"slot {n}", "S") for n in range(1, 5)]  # S1-S4
     state.issue_ref("slot_id", "id5", "slot 5", "S")
