@@ -70,6 +70,8 @@ VARIANTS = {
     # stopped up to 100 ms after the caller started speaking over it (make bench-bargein).
     "no-loud-gate": {"GATEWAY_STT_HOLD_UNTIL_RMS": "0"},
     "interceptor": {"GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true"},
+    # Quiet audio held up to 100 ms per STT message, not 300 (the default until 2026-12-02).
+    "batch-100": {"GATEWAY_STT_IDLE_BATCH_MS": "100", "GATEWAY_STT_PLAYBACK_BATCH_MS": "100"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},
 }

@@ -54,14 +54,18 @@ class GatewaySettings(BaseSettings):
     stt_max_message_bytes: int = 64_000
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per
     # message (only the next onset waits on it); otherwise every frame goes at once. 0 = never hold.
-    stt_idle_batch_ms: int = 100
+    # 300, not 100: with the loud-frame gate below no onset waits on it, and make bench-gateway
+    # (variant batch-100) at 200 sessions: 0.36 -> 0.26 STT messages per frame, the fake STT's
+    # CPU 0.36 -> 0.31 cores, turn p50 45 -> 29 ms; make bench-bargein unchanged (2026-12-02).
+    stt_idle_batch_ms: int = 300
     # The same while the bot's reply plays (its first audio was sent; no utterance open): a
     # barge-in's pause waits on it only when the caller's first speech frame is quieter than
     # stt_hold_until_rms (its confirmation and interrupt never do). make bench-bargein, client's
     # first speech frame -> last reply frame, p50/p95 ms: 0 here 75/80, 100 with the gate 0/83,
     # 100 without it 89/99 (2026-12-01, 8 trials each; the p50 flips between 0 and ~75 with the
-    # client's playback lead). 0.77 -> 0.49 STT messages per frame in make bench-gateway.
-    stt_playback_batch_ms: int = 100
+    # client's playback lead). 0.77 -> 0.49 STT messages per frame in make bench-gateway. At 300
+    # (2026-12-02, 8 trials each): 0/0 against 0/69 at 100, interrupt 601/622 against 601/621.
+    stt_playback_batch_ms: int = 300
     # While audio is held (the two settings above), a frame at least this loud (RMS of PCM16;
     # 100 is about -50 dBFS, far below speech, above digital silence and a quiet line) ends the
     # hold at once and takes the held audio with it: only quiet audio is merged, and an onset
