@@ -53,8 +53,9 @@ class GatewaySettings(BaseSettings):
     # Audio frames already waiting for the STT stream go out merged, up to this many bytes.
     stt_max_message_bytes: int = 64_000
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per
-    # message (only the next onset waits on it); otherwise every frame goes at once. 0 = never hold.
-    # 300, not 100: with the loud-frame gate below no onset waits on it, and make bench-gateway
+    # message (only quiet audio waits: a louder frame ends the hold, stt_hold_until_rms below);
+    # otherwise every frame goes at once. 0 = never hold.
+    # 300, not 100: since no onset waits on the hold, its length costs no latency; make bench-gateway
     # (variant batch-100) at 200 sessions: 0.36 -> 0.26 STT messages per frame, the fake STT's
     # CPU 0.36 -> 0.31 cores, turn p50 45 -> 29 ms; make bench-bargein unchanged (2026-12-02).
     stt_idle_batch_ms: int = 300
