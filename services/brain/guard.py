@@ -11,6 +11,10 @@ for llama-server): the turn is blocked when P(BLOCK) among the first token's
 ALLOW/BLOCK alternatives is above ``block_above`` (the profile's ``guard.block_above``).
 Without them (llama-cpp-python refuses them unless built with logits_all) the word
 it wrote decides.
+
+With a quick screen (``guard_screen.py``, the profile's ``guard.screen``), a turn that is
+plainly about the business passes on sentence embeddings in a few milliseconds and the LLM
+is not asked; the screen never blocks, so anything it is unsure of is asked as above.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import math
 import time
 from dataclasses import dataclass
 
+from services.brain.guard_screen import ExampleScreen, ScreenResult
 from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
-from services.brain.metrics import GUARD_SECONDS
+from services.brain.metrics import GUARD_SECONDS, GUARD_VERDICTS
 from voicebot.common.telemetry import tracer
 
 log = logging.getLogger(__name__)
@@ -35,6 +40,7 @@ class GuardVerdict:
     reason: str
     seconds: float
     p_block: float | None = None  # when the server reported token probabilities
+    by: str = "llm"  # "screen" when the quick screen passed it and the LLM was not asked
 
 
 def guard_prompt(purpose: str, allow: list[str] | tuple[str, ...] = (),
@@ -66,25 +72,43 @@ class TopicGuard:
     def __init__(self, chat: ChatFunction, purpose: str, timeout_s: float = 4.0,
                  allow: list[str] | tuple[str, ...] = (),
                  block: list[str] | tuple[str, ...] = ("writing code", "homework", "politics"),
-                 block_above: float = 0.5) -> None:
+                 block_above: float = 0.5, screen: ExampleScreen | None = None) -> None:
         self.chat = chat
         self.system = guard_prompt(purpose, allow, block)
         self.timeout_s = timeout_s
         self.block_above = block_above
+        self.screen = screen
 
-    async def check(self, text: str) -> GuardVerdict:
+    async def check(self, text: str, language: str = "en") -> GuardVerdict:
         """The caller's words alone. What the assistant said before is left out on purpose:
         measured with the packaged 1.5B model, "Assistant said: ..." before an ordinary question
         made it BLOCK half of them ("Can I bring my own wine?"), which it ALLOWs on their own;
         answers inside a task never reach the guard at all (``dialog.is_dialogue_act``)."""
         with TRACER.start_as_current_span("guard.check") as span:
-            verdict = await self._check(text)
+            started = time.perf_counter()
+            screened = await self.screened(text, language)
+            if screened is not None and screened.passed:
+                verdict = self._verdict(True, screened.reason, started, by="screen")
+            else:
+                verdict = await self._check(text, started)
             span.set_attributes({"voicebot.guard.allowed": verdict.allowed,
+                                 "voicebot.guard.by": verdict.by,
                                  "voicebot.guard.reason": verdict.reason})
             return verdict
 
-    async def _check(self, text: str) -> GuardVerdict:
-        started = time.perf_counter()
+    async def screened(self, text: str, language: str = "en") -> ScreenResult | None:
+        """The quick screen's result, or None without a screen (or for a language it does not
+        know, or when it fails: then the LLM decides, as without one)."""
+        if self.screen is None or not self.screen.covers(language):
+            return None
+        try:
+            # NumPy matmuls in a worker thread: the event loop keeps serving other turns.
+            return await asyncio.to_thread(self.screen.screen, text)
+        except Exception as exc:  # noqa: BLE001 - a broken screen must not take the guard down
+            log.warning("guard screen failed; asking the LLM", extra={"error": repr(exc)})
+            return None
+
+    async def _check(self, text: str, started: float) -> GuardVerdict:
         messages = self.messages(text)
         try:
             answer, alternatives = await asyncio.wait_for(self._ask(messages), self.timeout_s)
@@ -103,9 +127,17 @@ class TopicGuard:
         return [{"role": "system", "content": self.system},
                 {"role": "user", "content": f"Caller said: {text}"}]
 
-    async def prefill(self, text: str) -> None:
-        """Have the LLM server cache this check's prompt while the caller is still speaking."""
-        await self._ask(self.messages(text), max_tokens=1)
+    async def warm(self) -> GuardVerdict:
+        """Ask the LLM itself once (never the screen), so its prompt is cached before the first
+        turn the screen leaves to it."""
+        return await self._check("Hello.", time.perf_counter())
+
+    async def prefill(self, text: str, language: str = "en") -> None:
+        """Have the LLM server cache this check's prompt while the caller is still speaking
+        (not needed for words the screen passes: the LLM will not be asked)."""
+        screened = await self.screened(text, language)
+        if screened is None or not screened.passed:
+            await self._ask(self.messages(text), max_tokens=1)
 
     async def _ask(self, messages, max_tokens: int = 3) -> tuple[str, list[tuple[str, float]]]:
         """The words written, and the first token's alternatives when the server reports them
@@ -125,7 +157,9 @@ class TopicGuard:
         return "".join(parts), alternatives
 
     @staticmethod
-    def _verdict(allowed: bool, reason: str, started: float, p_block: float | None = None) -> GuardVerdict:
+    def _verdict(allowed: bool, reason: str, started: float, p_block: float | None = None,
+                 by: str = "llm") -> GuardVerdict:
         seconds = time.perf_counter() - started
         GUARD_SECONDS.observe(seconds)
-        return GuardVerdict(allowed, reason, seconds, p_block)
+        GUARD_VERDICTS.labels(by, "allow" if allowed else "block").inc()
+        return GuardVerdict(allowed, reason, seconds, p_block, by)

@@ -17,6 +17,9 @@ READ_BACKS_MIMICKED = Counter("voicebot_read_backs_mimicked_total",
 TOOL_CALLS = Counter("voicebot_tool_calls_total", "Tool calls by outcome", ["tool", "outcome"])
 TOOL_SECONDS = Histogram("voicebot_tool_seconds", "Tool run time, retries included", ["tool"],
                          buckets=LATENCY_BUCKETS)
+# by: "screen" (the embeddings screen passed it, no LLM call) or "llm"; verdict: allow or block.
+GUARD_VERDICTS = Counter("voicebot_guard_verdicts_total", "Topic guard verdicts by who decided",
+                         ["by", "verdict"])
 GUARD_SECONDS = Histogram("voicebot_guard_seconds", "Topic guard verdict time", buckets=LATENCY_BUCKETS)
 LOOP_STOPS = Counter("voicebot_agent_loop_stops_total", "Tool loops stopped by a cap", ["cap"])
 HANDOFFS = Counter("voicebot_handoffs_total", "Calls handed to a human", ["reason"])

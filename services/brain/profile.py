@@ -52,6 +52,20 @@ class Sentences(_Strict):
     nothing_pending: str = ""  # empty: the model answers a stray "yes" in its own words
 
 
+class ScreenSettings(_Strict):
+    """The guard's quick screen (``guard_screen.py``): turns close to ``examples`` and not to
+    anything blocked pass on sentence embeddings, without an LLM call. No examples: no screen."""
+
+    # What callers of this business say, a sentence or two per allowed topic.
+    examples: list[str] = Field(default_factory=list)
+    # Near-domain requests the LLM guard must still judge (a clinic's "which pills should I take").
+    block_examples: list[str] = Field(default_factory=list)
+    # Passed when the nearest example's cosine similarity is at least ``above`` and at least
+    # ``margin`` more than the nearest blocked one's (make bench-guard shows both sides).
+    above: float = Field(0.6, gt=0, lt=1)
+    margin: float = Field(0.15, ge=0, lt=1)
+
+
 class GuardSettings(_Strict):
     enabled: bool = True
     # Topics the bot covers and examples of what to block, for the guard's prompt.
@@ -65,6 +79,7 @@ class GuardSettings(_Strict):
     # that 0.5 blocked, but off-topic blocks fell from 92 % to 75 % (restaurant) and from 100 % to
     # 38 % (clinic: medical advice got through), so a profile raises it only for a reason.
     block_above: float = Field(0.5, gt=0, lt=1)
+    screen: ScreenSettings = Field(default_factory=ScreenSettings)
 
 
 class ToolOverride(_Strict):

@@ -17,9 +17,11 @@ from redis.exceptions import RedisError
 from services.brain.agent import Agent
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
+from services.brain.guard_screen import ExampleScreen
 from services.brain.hooks import load_hooks
 from services.brain.llm import OpenAIChatClient
 from services.brain.profile import Profile, ProfileError, load_profile
+from services.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder
 from services.brain.session_store import SessionStore
 from services.brain.toolbox import build_registry
 from services.brain.tools import ToolRegistry
@@ -171,7 +173,7 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) 
                                  settings.guard_extra_body)
         clients.append(guard_chat)
         guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
-                           profile.guard.block, profile.guard.block_above)
+                           profile.guard.block, profile.guard.block_above, guard_screen(settings, profile))
     side_chat = None
     if settings.side_extra_body:
         side_chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature,
@@ -182,6 +184,23 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) 
     agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile,
                   hooks=load_hooks(profile.hooks, profile), side_chat=side_chat)
     return agent, clients, redis
+
+
+def guard_screen(settings: BrainSettings, profile: Profile) -> ExampleScreen | None:
+    """The profile's quick screen, or None (no examples, turned off, or its encoder missing: then
+    the LLM guard judges every screened turn, as without a screen, and the log says why)."""
+    screen = profile.guard.screen
+    if not settings.guard_screen or not screen.examples:
+        return None
+    try:
+        encoder = MiniLMEncoder(settings.guard_encoder_dir or None)
+    except EncoderUnavailable as exc:
+        log.warning("guard screen off: %s", exc)
+        return None
+    result = ExampleScreen(encoder, screen.examples, screen.block_examples, screen.above, screen.margin)
+    log.info("guard screen ready", extra={"encoder": encoder.name, "examples": len(result.examples),
+                                          "block_examples": len(result.block_examples)})
+    return result
 
 
 def startup_profile(settings: BrainSettings) -> Profile:

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from services.brain.sentence_encoder import SentenceEncoder
 from services.stt.engine import EngineCapabilities, SttEngine
 
 
@@ -65,3 +66,23 @@ class LoudnessVad:
 
     def probability(self, frame: np.ndarray) -> float:
         return 0.9 if float(np.sqrt(np.mean(frame**2))) > 0.01 else 0.0
+
+
+class FakeSentenceEncoder(SentenceEncoder):
+    """Each text's vector is given: the guard screen's logic without a model. Unknown texts are
+    orthogonal to everything (nothing close, nothing blocked), and ``fail`` raises instead."""
+
+    name = "fake"
+
+    def __init__(self, vectors: dict[str, list[float]], fail: bool = False) -> None:
+        self.vectors = {text: np.asarray(v, dtype=np.float32) / np.linalg.norm(v)
+                        for text, v in vectors.items()}
+        self.width = len(next(iter(vectors.values())))
+        self.fail = fail
+        self.encoded: list[str] = []
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if self.fail:
+            raise RuntimeError("encoder broke")
+        self.encoded.extend(texts)
+        return np.stack([self.vectors.get(t, np.zeros(self.width, dtype=np.float32)) for t in texts])
