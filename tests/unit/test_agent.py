@@ -17,11 +17,13 @@ import redis.asyncio as aioredis
 from services.brain.agent import Agent, LoopLimits
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
+from services.brain.guard_screen import ExampleScreen
 from services.brain.llm import OpenAIChatClient
 from services.brain.metrics import READ_BACKS_MIMICKED
 from services.brain.profile import Profile
 from services.brain.session_store import SessionStore, Turn
 from services.brain.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
+from tests.fakes.engines import FakeSentenceEncoder
 from tests.fakes.fake_llm import is_guard, last_user_text
 from voicebot.v1 import brain_pb2
 
@@ -327,6 +329,26 @@ async def test_guard_down_lets_the_turn_through(brain):
     agent = make(guard=True)
     agent.guard.timeout_s = 0.3
     assert spoken(await run(agent, request("open today?"))) == "Yes, we are open."
+
+
+async def test_a_turn_the_screen_passes_asks_no_guard_and_says_who_decided(brain):
+    """With a quick screen (a fake encoder here), "do you have parking?" is plainly in the domain:
+    the reply streams without the LLM guard's call; "write me a python script" still asks it."""
+    make, store, llm, _ = brain
+    llm.script = lambda b: "BLOCK" if is_guard(b) else "Yes, behind the building."
+    agent = make(guard=True)
+    encoder = FakeSentenceEncoder({"Is there parking?": [1, 0], "Write code.": [0, 1],
+                                   "do you have parking?": [0.95, 0.1], "write me a python script": [0.1, 1]})
+    agent.guard.screen = ExampleScreen(encoder, ["Is there parking?"], ["Write code."], common_blocks=())
+    parking, script = request("do you have parking?"), request("write me a python script")
+    assert spoken(await run(agent, parking)) == "Yes, behind the building."
+    assert not any(is_guard(r) for r in llm.requests)
+    assert kinds(await run(agent, script)) == ["blocked"]
+    assert sum(is_guard(r) for r in llm.requests) == 1
+    passed = (await store.records("alice", parking.session_id))[-1]["guard"]
+    blocked = (await store.records("alice", script.session_id))[-1]["guard"]
+    assert (passed["by"], passed["allowed"]) == ("screen", True)
+    assert (blocked["by"], blocked["allowed"]) == ("llm", False)
 
 
 # ---- context, history, cancellation -------------------------------------------
