@@ -85,10 +85,17 @@ class MiniLMEncoder(SentenceEncoder):
     def __init__(self, model_dir: Path | str | None = None, sha256: str | None = MINILM_SHA256) -> None:
         try:
             from safetensors.numpy import load_file
+            from threadpoolctl import threadpool_limits
             from tokenizers import Tokenizer
         except ImportError as exc:
-            raise EncoderUnavailable("the guard's encoder needs the tokenizers and safetensors "
-                                     "packages (pip install -e '.[guard]')") from exc
+            raise EncoderUnavailable("the guard's encoder needs the tokenizers, safetensors and "
+                                     "threadpoolctl packages (pip install -e '.[guard]')") from exc
+        # NumPy's OpenBLAS on one thread, for this whole process (the brain has no other BLAS
+        # work): with its default of one thread per core, a 5 ms encode was followed by ~100 ms
+        # of its idle worker threads spinning, a core taken from the LLM server's prefill that
+        # the reply waits for (measured: the screened turns' llm_ttft rose ~150 ms). On one
+        # thread an encode is ~7 ms and nothing spins after it.
+        threadpool_limits(1, user_api="blas")
         folder = Path(model_dir).expanduser() if model_dir else packaged_minilm_dir()
         weights_file, tokenizer_file = folder / "model.safetensors", folder / "tokenizer.json"
         for needed in (weights_file, tokenizer_file):
