@@ -10,7 +10,9 @@ listens to the whole reply before speaking again. Cases, in one run:
 - ``questions, guard on`` / ``guard off``: questions only the model can answer;
 - ``questions, guard on, LLM only``: the same with the guard's quick screen off
   (``BRAIN_GUARD_SCREEN=false``: every question is judged by the LLM guard, as before the
-  screen), so the screen's share of the guard's cost shows in the same run;
+  screen), so the screen's share of the guard's cost shows in the same run (the three
+  question cases take turns, a session of four questions each, so the machine's slow minutes
+  are shared between them);
 - ``booking via the model``: changes to a booking that the rules do not parse, so
   the model proposes (the read-back is still made by code), in ``BOOKING_SESSIONS`` sessions.
 
@@ -225,12 +227,14 @@ async def caller(url: str):
 
 
 async def run_case(case: str, url: str, texts: list[str], per_session: int,
-                   voices: list[tuple[str, Any]] = VOICES) -> list[Turn]:
+                   voices: list[tuple[str, Any]] = VOICES, first: int = 0) -> list[Turn]:
+    """``texts`` in sessions of ``per_session``; ``first``: the index of texts[0] in the whole set,
+    so each text keeps its voice when a set is run a few sessions at a time."""
     turns: list[Turn] = []
     for start in range(0, len(texts), per_session):
         async with caller(url) as mic:
             for index, text in enumerate(texts[start:start + per_session]):
-                voice = voices[(start + index) % len(voices)]
+                voice = voices[(first + start + index) % len(voices)]
                 pcm = await asyncio.to_thread(speech, text, voice)
                 v2v, stages, reply, heard = await mic.say(pcm)
                 turn = Turn(case, text, f"{voice[0]} {voice[1] or ''}".strip(), v2v, stages, reply, heard)
@@ -323,6 +327,24 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+QUESTION_CASES = (("questions, guard on", "guard-on"), ("questions, guard off", "guard-off"),
+                  ("questions, guard on, LLM only", "guard-llm"))
+PER_SESSION = 4
+
+
+async def question_cases(pairs: dict[str, str], questions: list[str]) -> dict[str, list[Turn]]:
+    """The question cases a session each in turn (the same four questions, voices and speeds),
+    the order rotated from one group to the next, so a slow minute of the shared machine or a
+    case's place in the run does not land on one case."""
+    runs: dict[str, list[Turn]] = {case: [] for case, _ in QUESTION_CASES}
+    for group, start in enumerate(range(0, len(questions), PER_SESSION)):
+        order = QUESTION_CASES[group % len(QUESTION_CASES):] + QUESTION_CASES[:group % len(QUESTION_CASES)]
+        for case, pair in order:
+            runs[case] += await run_case(case, pairs[pair], questions[start:start + PER_SESSION],
+                                         PER_SESSION, VOICES, first=start)
+    return runs
+
+
 async def main_async(rounds: int) -> dict[str, Any]:
     stack = Stack(Path(tempfile.mkdtemp(prefix="bench-v2v-")), quiet=False)
     try:
@@ -341,14 +363,10 @@ async def main_async(rounds: int) -> dict[str, Any]:
                 name=name, brain_env={**profile_env, **llm_env, "BRAIN_GUARD_ENABLED": guard,
                                       "BRAIN_GUARD_SCREEN": screen})
             pairs[name] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
-        questions = QUESTIONS * rounds
-        cases = [("questions, guard on", "guard-on", questions, 4, VOICES),
-                 ("questions, guard off", "guard-off", questions, 4, VOICES),
-                 ("questions, guard on, LLM only", "guard-llm", questions, 4, VOICES),
-                 ("booking via the model", "guard-on", BOOKING * BOOKING_SESSIONS * rounds, len(BOOKING),
-                  BOOKING_VOICES)]
-        runs = {case: await run_case(case, pairs[pair], texts, per_session, voices)
-                for case, pair, texts, per_session, voices in cases}
+        runs = await question_cases(pairs, QUESTIONS * rounds)
+        runs["booking via the model"] = await run_case(
+            "booking via the model", pairs["guard-on"], BOOKING * BOOKING_SESSIONS * rounds, len(BOOKING),
+            BOOKING_VOICES)
         # Each booking session opens with a request the rules read back; the changes after it are
         # the turns that go through the model.
         booking = runs.pop("booking via the model")
