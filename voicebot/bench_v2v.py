@@ -267,14 +267,19 @@ def summarise(turns: list[Turn], blocked_sentence: str = "", read_back_opening: 
                           for s in STAGES}}
 
 
+async def metrics_text(metrics_port: int) -> str:
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        return (await client.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)).text
+
+
 async def guard_verdicts(metrics_port: int) -> dict[str, int]:
     """The brain's guard verdicts over the run, by who decided (the screen or the LLM) and what
     (``voicebot_guard_verdicts_total``; the warm-up's check included)."""
-    import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with httpx.AsyncClient() as client:
-        text = (await client.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)).text
+    text = await metrics_text(metrics_port)
     return {f"{s.labels['by']} {s.labels['verdict']}": int(s.value)
             for family in text_string_to_metric_families(text) if family.name == "voicebot_guard_verdicts"
             for s in family.samples if s.name.endswith("_total")}
@@ -283,11 +288,7 @@ async def guard_verdicts(metrics_port: int) -> dict[str, int]:
 async def stt_decodes(metrics_port: int) -> dict[str, Any]:
     """Where the stt stage goes, from the STT's own metrics over the whole run: decodes by kind
     (count, mean time, mean wait for the one worker) and where each final's text came from."""
-    import httpx
-
-    async with httpx.AsyncClient() as client:
-        text = (await client.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)).text
-    return parse_stt_decodes(text)
+    return parse_stt_decodes(await metrics_text(metrics_port))
 
 
 def parse_stt_decodes(text: str) -> dict[str, Any]:

@@ -111,9 +111,7 @@ async def bench(profiles: list[str]) -> list[dict[str, Any]]:
             profile = load_profile(name)
             guard = TopicGuard(chat, profile.purpose, 60.0, profile.guard.allow, profile.guard.block,
                                profile.guard.block_above)
-            settings = profile.guard.screen
-            screen = ExampleScreen(encoder, settings.examples, settings.block_examples, settings.above,
-                                   settings.margin) if settings.examples else None
+            screen = ExampleScreen.from_settings(encoder, profile.guard.screen)
             await guard.check("Hello.")  # warm the guard's prompt prefix
             in_domain = await verdicts(guard, corpora["in_domain"][name], by_code=True, screen=screen)
             acts = [i for i in corpora["in_domain"][name] if i.get("act")]

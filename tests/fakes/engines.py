@@ -79,10 +79,8 @@ class FakeSentenceEncoder(SentenceEncoder):
                         for text, v in vectors.items()}
         self.width = len(next(iter(vectors.values())))
         self.fail = fail
-        self.encoded: list[str] = []
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if self.fail:
             raise RuntimeError("encoder broke")
-        self.encoded.extend(texts)
         return np.stack([self.vectors.get(t, np.zeros(self.width, dtype=np.float32)) for t in texts])

@@ -35,8 +35,7 @@ def encoder() -> MiniLMEncoder:
 
 
 def profile_screen(encoder: MiniLMEncoder, name: str) -> ExampleScreen:
-    settings = load_profile(name).guard.screen
-    return ExampleScreen(encoder, settings.examples, settings.block_examples, settings.above, settings.margin)
+    return ExampleScreen.from_settings(encoder, load_profile(name).guard.screen)
 
 
 @pytest.mark.parametrize("name", ["restaurant", "clinic"])
