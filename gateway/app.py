@@ -28,6 +28,7 @@ from gateway.realtime import RealtimeCall
 from gateway.sessions import SessionRegistry
 from gateway.twilio import TwilioCall, twilio_enabled
 from gateway.upstreams import Upstreams
+from voicebot.common import gc_tuning
 from voicebot.common.internal_auth import InternalAuthError, internal_token
 from voicebot.common.logs import setup_logging
 from voicebot.common.redis import connect_redis
@@ -165,6 +166,7 @@ def main() -> None:
         while not server.started and not serve.done():  # noqa: ASYNC110 - uvicorn exposes a flag only
             await asyncio.sleep(0.05)
         if server.started:
+            gc_tuning.settle()  # start-up is over: nothing it made is walked by a collection again
             port = server.servers[0].sockets[0].getsockname()[1]
             print(f"READY gateway http={port}", flush=True)
         await serve

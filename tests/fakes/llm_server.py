@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from tests.fakes.fake_llm import is_guard
-from voicebot.common import event_loop
+from voicebot.common import event_loop, gc_tuning
 
 REPLY = os.environ.get("FAKE_LLM_REPLY", "Sure, a table for two. Shall I book it for you?")
 MAX_HEADER_BYTES = 64 * 1024
@@ -96,6 +96,7 @@ class ScriptedLLM(asyncio.Protocol):
 
 async def serve(port: int = 0) -> None:
     server = await asyncio.get_running_loop().create_server(ScriptedLLM, "127.0.0.1", port)
+    gc_tuning.settle()  # as the real services do: the fakes' pauses are not the gateway's
     print(f"READY fake-llm http={server.sockets[0].getsockname()[1]}", flush=True)
     await server.serve_forever()
 

@@ -26,6 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.tts.config import TtsSettings
 from services.tts.segmenter import SentenceSegmenter
+from voicebot.common import gc_tuning
 from voicebot.v1 import stt_pb2, stt_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 SPEECH_RMS = 1000  # int16 units: the bench's "speech" is a tone far above it, silence is zeros
@@ -159,6 +160,7 @@ async def serve() -> None:
         ports[name] = server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
         servers.append(server)
+    gc_tuning.settle()  # as the real services do: the fakes' pauses are not the gateway's
     print(f"READY fake-speech stt={ports['stt']} tts={ports['tts']}", flush=True)
     await asyncio.gather(*(server.wait_for_termination() for server in servers))
 

@@ -43,3 +43,6 @@ class SharedSettings(BaseSettings):
     internal_token: SecretStr = SecretStr("")
     internal_auth: bool = True
     redis_password: SecretStr = SecretStr("")
+    # The garbage collector's thresholds once a service has started (voicebot.common.gc_tuning):
+    # three integers, or "python" for Python's own (and nothing frozen).
+    gc: str = "5000,20,100"

@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from voicebot.common import gc_tuning
 from voicebot.common.config import ServiceSettings
 from voicebot.common.internal_auth import OPEN_METHODS, InternalAuthError, internal_token, is_authorized
 
@@ -133,6 +134,7 @@ async def serve_forever(
         "serving",
         extra={"grpc_port": running.port, "metrics_port": running.metrics_port},
     )
+    gc_tuning.settle()  # start-up is over: nothing it made is walked by a collection again
     # Launchers (make run, tests) wait for this exact line on stdout.
     print(f"READY {service} grpc={running.port} metrics={running.metrics_port}", flush=True)
     stop = asyncio.Event()

@@ -1,0 +1,65 @@
+"""The garbage collector once a service has started (voicebot.common.gc_tuning).
+
+Scenario: a service finishes start-up and settles the collector; what start-up made is frozen
+(never walked again) and collections come at the configured thresholds. "python" keeps
+Python's own behaviour; anything else that is not three positive integers stops the service
+with the reason, not a traceback.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from voicebot.common import gc_tuning
+
+
+@pytest.fixture
+def restore_gc():
+    before = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize(("setting", "parsed"), [
+    ("5000,20,100", (5000, 20, 100)),
+    (" 700, 10 ,10", (700, 10, 10)),
+    ("python", None),
+    ("PYTHON", None),
+])
+def test_a_setting_is_three_thresholds_or_python(setting, parsed):
+    assert gc_tuning.parse(setting) == parsed
+
+
+@pytest.mark.parametrize("setting", ["", "5000", "5000,20", "5000,20,100,1", "a,b,c", "0,10,10", "-1,10,10"])
+def test_anything_else_stops_the_service_with_the_reason(setting, restore_gc):
+    with pytest.raises(SystemExit) as stopped:
+        gc_tuning.settle(setting)
+    assert "VOICEBOT_GC" in str(stopped.value) and "5000,20,100" in str(stopped.value)
+    assert gc.get_freeze_count() == 0  # nothing was changed
+
+
+def test_settling_freezes_what_startup_made_and_sets_the_thresholds(restore_gc):
+    made_at_startup = [{"config": i} for i in range(1000)]
+    assert gc_tuning.settle("4000,15,50") == (4000, 15, 50)
+    assert gc.get_threshold() == (4000, 15, 50)
+    assert gc.get_freeze_count() >= len(made_at_startup)
+    # A collection no longer walks them: they are in no generation.
+    assert not any(obj is made_at_startup for obj in gc.get_objects())
+
+
+def test_python_keeps_pythons_own_collector(restore_gc):
+    gc.set_threshold(700, 10, 10)
+    assert gc_tuning.settle("python") is None
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_default_comes_from_voicebot_gc(monkeypatch, restore_gc):
+    monkeypatch.setenv("VOICEBOT_GC", "3000,12,40")
+    assert gc_tuning.settle() == (3000, 12, 40)
+    monkeypatch.delenv("VOICEBOT_GC")
+    gc.unfreeze()
+    assert gc_tuning.settle() == (5000, 20, 100)
