@@ -86,6 +86,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
+def resident_mib(pid: int) -> float:
+    """The process's resident memory now (VmRSS), MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 @dataclass
 class Session:
     """A person: silence, then 600 ms of "speech" when a turn is due, then waiting for the reply."""
@@ -224,6 +233,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     late_ms.clear()
     await asyncio.sleep(seconds)
     cpu = cpu_seconds(gateway_pid) - cpu_start
+    rss = resident_mib(gateway_pid)
     counters = {k: v - counters_start.get(k, 0.0) for k, v in (await gateway_counters(url)).items()}
     others_cores = {name: (cpu_seconds(pid) - others_start[name]) / seconds for name, pid in others.items()}
     others_cores["client"] = (own_cpu_seconds() - others_start["client"]) / seconds
@@ -252,6 +262,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         "missed_turns": sum(s.missed for s in sessions), "errors": errors,
         "closed": sum(s.closed is not None for s in sessions),
         "gateway_cores": cpu / seconds, "gateway_us_per_frame": cpu / max(1, frames) * 1e6,
+        "gateway_rss_mib": rss,
         "client_tick_p99_ms": percentile(late_ms, 0.99), "other_cores": others_cores,
         "stt_messages_per_frame": counters["stt_messages"] / max(1.0, counters["frames"]),
         "ws_messages_per_turn": sum(s.received for s in sessions) / max(1, len(turns)),
@@ -360,9 +371,9 @@ def table(results: dict) -> str:
             f"{fmt(lat['ws_messages_per_turn'], '.1f')} WebSocket messages to the client per turn "
             f"({fmt(lat['reply_deltas_per_turn'], '.1f')} reply.delta)",
             "  sessions  admitted  refused  turns  p50 ms  p99 ms  brain p50/p99  missed  errors      "
-            "gw cores  us/frame  brain  fakes  client",
+            "gw cores  us/frame  gw MiB  brain  fakes  client",
             "  --------  --------  -------  -----  ------  ------  -------------  ------  ----------  "
-            "--------  --------  -----  -----  ------"]
+            "--------  --------  ------  -----  -----  ------"]
         for load in r["load"]:
             errors = ",".join(f"{k}:{v}" for k, v in sorted(load["errors"].items())) or "0"
             other = load["other_cores"]
@@ -373,11 +384,12 @@ def table(results: dict) -> str:
                 f"{fmt(load['brain_p50_ms'], '.0f') + '/' + fmt(load.get('brain_p99_ms'), '.0f'):>13}  "
                 f"{load['missed_turns']:>6}  {errors:<10}  "
                 f"{fmt(load['gateway_cores'], '.2f'):>8}  {fmt(load['gateway_us_per_frame'], '.0f'):>8}  "
+                f"{fmt(load.get('gateway_rss_mib'), '.0f'):>6}  "
                 f"{other.get('brain', 0):>5.2f}  {fakes:>5.2f}  {other.get('client', 0):>6.2f}")
         rows.append("")
     rows.append("cores: CPU seconds per second of each process over the measured window; us/frame: the "
-                "gateway's CPU per 20 ms audio frame received; brain p50/p99: the gateway's request "
-                "to the brain's first text (turn.metrics llm_ttft), ms")
+                "gateway's CPU per 20 ms audio frame received; gw MiB: its resident memory at the end; "
+                "brain p50/p99: the gateway's request to the brain's first text (turn.metrics llm_ttft), ms")
     return "\n".join(rows)
 
 
