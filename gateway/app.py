@@ -152,6 +152,7 @@ def main() -> None:
         internal_token()  # the upstream channels need it: say so now, not at the first call
     except InternalAuthError as exc:
         raise SystemExit(f"gateway: {exc}") from None
+    collector = gc_tuning.configured()  # a bad VOICEBOT_GC stops the gateway here, not once it serves
     config = uvicorn.Config(
         create_app(settings), host=settings.host, port=settings.port,
         # Frames beyond this close the socket with 1009; smaller oversize frames get an error event.
@@ -166,7 +167,7 @@ def main() -> None:
         while not server.started and not serve.done():  # noqa: ASYNC110 - uvicorn exposes a flag only
             await asyncio.sleep(0.05)
         if server.started:
-            gc_tuning.settle()  # start-up is over: nothing it made is walked by a collection again
+            gc_tuning.settle(collector)  # start-up is over: nothing it made is walked by a collection again
             port = server.servers[0].sockets[0].getsockname()[1]
             print(f"READY gateway http={port}", flush=True)
         await serve

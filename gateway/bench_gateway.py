@@ -400,7 +400,8 @@ async def main_async(args) -> dict:
                      "guard": args.guard, "variants": {}}
     try:
         upstream, redis_url, pids = start_backends(stack, args.guard)
-        gc_tuning.settle()  # the client's own collections would show as the gateway's latency
+        # The client's own collections would show as the gateway's latency.
+        gc_tuning.settle(gc_tuning.configured())
         for name in args.variants:
             env = {**VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions),
                    "GATEWAY_MAX_LOOP_LAG_MS": str(args.max_loop_lag_ms)}

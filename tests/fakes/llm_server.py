@@ -96,7 +96,8 @@ class ScriptedLLM(asyncio.Protocol):
 
 async def serve(port: int = 0) -> None:
     server = await asyncio.get_running_loop().create_server(ScriptedLLM, "127.0.0.1", port)
-    gc_tuning.settle()  # as the real services do: the fakes' pauses are not the gateway's
+    # As the real services do: the fakes' pauses are not the gateway's.
+    gc_tuning.settle(gc_tuning.configured())
     print(f"READY fake-llm http={server.sockets[0].getsockname()[1]}", flush=True)
     await server.serve_forever()
 

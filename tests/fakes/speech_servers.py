@@ -160,7 +160,8 @@ async def serve() -> None:
         ports[name] = server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
         servers.append(server)
-    gc_tuning.settle()  # as the real services do: the fakes' pauses are not the gateway's
+    # As the real services do: the fakes' pauses are not the gateway's.
+    gc_tuning.settle(gc_tuning.configured())
     print(f"READY fake-speech stt={ports['stt']} tts={ports['tts']}", flush=True)
     await asyncio.gather(*(server.wait_for_termination() for server in servers))
 

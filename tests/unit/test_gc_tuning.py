@@ -36,14 +36,14 @@ def test_a_setting_is_three_thresholds_or_python(setting, parsed):
 @pytest.mark.parametrize("setting", ["", "5000", "5000,20", "5000,20,100,1", "a,b,c", "0,10,10", "-1,10,10"])
 def test_anything_else_stops_the_service_with_the_reason(setting, restore_gc):
     with pytest.raises(SystemExit) as stopped:
-        gc_tuning.settle(setting)
+        gc_tuning.configured(setting)  # read before the service starts anything
     assert "VOICEBOT_GC" in str(stopped.value) and "5000,20,100" in str(stopped.value)
     assert gc.get_freeze_count() == 0  # nothing was changed
 
 
 def test_settling_freezes_what_startup_made_and_sets_the_thresholds(restore_gc):
     made_at_startup = [{"config": i} for i in range(1000)]
-    assert gc_tuning.settle("4000,15,50") == (4000, 15, 50)
+    gc_tuning.settle(gc_tuning.configured("4000,15,50"))
     assert gc.get_threshold() == (4000, 15, 50)
     assert gc.get_freeze_count() >= len(made_at_startup)
     # A collection no longer walks them: they are in no generation.
@@ -52,14 +52,13 @@ def test_settling_freezes_what_startup_made_and_sets_the_thresholds(restore_gc):
 
 def test_python_keeps_pythons_own_collector(restore_gc):
     gc.set_threshold(700, 10, 10)
-    assert gc_tuning.settle("python") is None
+    gc_tuning.settle(gc_tuning.configured("python"))
     assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_freeze_count() == 0
 
 
-def test_the_default_comes_from_voicebot_gc(monkeypatch, restore_gc):
+def test_the_setting_comes_from_voicebot_gc(monkeypatch):
     monkeypatch.setenv("VOICEBOT_GC", "3000,12,40")
-    assert gc_tuning.settle() == (3000, 12, 40)
+    assert gc_tuning.configured() == (3000, 12, 40)
     monkeypatch.delenv("VOICEBOT_GC")
-    gc.unfreeze()
-    assert gc_tuning.settle() == (5000, 20, 100)
+    assert gc_tuning.configured() == (5000, 20, 100)

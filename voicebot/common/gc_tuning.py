@@ -3,17 +3,17 @@
 The collector stops the event loop while it runs, and a full collection walks every object the
 process holds: with defaults, the gateway at 200 real-time sessions ran 8 full collections in
 70 s of up to 128 ms each (and ~1,000 young ones, 1.2 s in all), the brain's up to 120 ms.
-Each is a stall for every call on the process, and a burst of late frames after it: most of
-``make bench-gateway``'s p99 at 100 and 200 sessions (README, "Gateway capacity").
+Each is a stall for every call on the process, and a burst of late frames after it (README,
+"Gateway capacity": the gateway settled against Python's own, side by side).
 
-``settle()``, called once a service has started, does what long-running Python servers do:
+``settle(configured())``, called once a service has started, does what long-running Python servers do:
 
 - collect, then **freeze** what start-up made (modules, models, settings, the gRPC and
   OpenTelemetry machinery): none of it ever becomes garbage, and no later collection walks it;
 - raise the **thresholds**: a young collection after 5,000 new container objects (not 700), a
   middle one every 20 of those, a full one every 100 middle ones (and only when the survivors
   have grown by a quarter, Python's own rule). Garbage cycles are still collected, later and in
-  fewer, shorter pauses.
+  fewer, shorter pauses; the price is memory (the gateway at 200 sessions: +27 MiB).
 
 ``VOICEBOT_GC`` sets it for every service: three thresholds ("5000,20,100", the default), or
 "python" to keep Python's defaults and freeze nothing (to compare).
@@ -45,17 +45,20 @@ def parse(setting: str) -> tuple[int, int, int] | None:
     return thresholds  # type: ignore[return-value]
 
 
-def settle(setting: str | None = None) -> tuple[int, int, int] | None:
-    """Freeze what start-up made and set the thresholds; returns them (None: Python's own).
-    A setting that is not valid stops the service at start, with the reason."""
+def configured(setting: str | None = None) -> tuple[int, int, int] | None:
+    """What ``setting`` (by default ``VOICEBOT_GC``) asks for. Read it before the service starts
+    anything: a setting that is not valid stops it there, with the reason."""
     try:
-        thresholds = parse(setting if setting is not None else SharedSettings().gc)
+        return parse(setting if setting is not None else SharedSettings().gc)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
+
+
+def settle(thresholds: tuple[int, int, int] | None) -> None:
+    """Once start-up is over: freeze what it made and set ``thresholds`` (None: Python's own)."""
     if thresholds is None:
-        return None
+        return
     gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)
     log.info("gc settled", extra={"frozen_objects": gc.get_freeze_count(), "gc_thresholds": list(thresholds)})
-    return thresholds

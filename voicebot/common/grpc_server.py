@@ -126,6 +126,7 @@ async def serve_forever(
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT, then drain gracefully. Prints one READY line for launchers."""
+    collector = gc_tuning.configured()  # a bad VOICEBOT_GC stops the service before it serves
     try:
         running = await start_server(settings, register)
     except InternalAuthError as exc:
@@ -134,7 +135,7 @@ async def serve_forever(
         "serving",
         extra={"grpc_port": running.port, "metrics_port": running.metrics_port},
     )
-    gc_tuning.settle()  # start-up is over: nothing it made is walked by a collection again
+    gc_tuning.settle(collector)  # start-up is over: nothing it made is walked by a collection again
     # Launchers (make run, tests) wait for this exact line on stdout.
     print(f"READY {service} grpc={running.port} metrics={running.metrics_port}", flush=True)
     stop = asyncio.Event()
