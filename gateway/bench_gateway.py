@@ -247,6 +247,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         task.cancel()
     await asyncio.gather(*receivers, return_exceptions=True)
     turns = [t for s in sessions for t in s.turns]
+    brain_ms = [b for s in sessions for b in s.brain_ms]
     errors: dict[str, int] = {}
     for s in sessions:
         for code, n in s.errors.items():
@@ -257,8 +258,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         "connect_failures": len([r for r in refused if isinstance(r, BaseException)]),
         "turns": len(turns), "turn_p50_ms": percentile(turns, 0.5),
         "turn_p95_ms": percentile(turns, 0.95), "turn_p99_ms": percentile(turns, 0.99),
-        "brain_p50_ms": percentile([b for s in sessions for b in s.brain_ms], 0.5),
-        "brain_p99_ms": percentile([b for s in sessions for b in s.brain_ms], 0.99),
+        "brain_p50_ms": percentile(brain_ms, 0.5), "brain_p99_ms": percentile(brain_ms, 0.99),
         "missed_turns": sum(s.missed for s in sessions), "errors": errors,
         "closed": sum(s.closed is not None for s in sessions),
         "gateway_cores": cpu / seconds, "gateway_us_per_frame": cpu / max(1, frames) * 1e6,

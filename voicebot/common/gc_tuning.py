@@ -6,7 +6,8 @@ process holds: with defaults, the gateway at 200 real-time sessions ran 8 full c
 Each is a stall for every call on the process, and a burst of late frames after it (README,
 "Gateway capacity": the gateway settled against Python's own, side by side).
 
-``settle(configured())``, called once a service has started, does what long-running Python servers do:
+``settle(configured())``, called once a service has started, does what long-running Python
+servers do:
 
 - collect, then **freeze** what start-up made (modules, models, settings, the gRPC and
   OpenTelemetry machinery): none of it ever becomes garbage, and no later collection walks it;
