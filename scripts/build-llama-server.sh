@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Build llama.cpp's native server (llama-server) once, from the llama.cpp sources vendored in
-# the llama-cpp-python sdist of LLAMA_VERSION, into $VOICEBOT_BIN_CACHE/llama-server-VERSION.
+# the llama-cpp-python sdist of LLAMA_VERSION, tuned to this CPU, into
+# $VOICEBOT_BIN_CACHE/llama-server-VERSION-CPUTAG (voicebot/localllm.py: cpu_tag names the CPU's
+# instruction sets, so a cache shared between machines never runs a build made for another).
+# LLAMA_PORTABLE=1 builds a portable AVX2 binary instead, as llama-server-VERSION.
 # Called by scripts/bootstrap.sh; safe to re-run (a cached binary is kept). Exits non-zero
 # when it cannot build (no C++ compiler, no network for the sdist): bootstrap then falls back
 # to the llama-cpp-python server.
@@ -11,7 +14,13 @@ VENV=${VENV:-.venv}
 LLAMA_VERSION=${LLAMA_VERSION:?set LLAMA_VERSION}
 BIN_DIR=${VOICEBOT_BIN_CACHE:-$HOME/.cache/voicebot/bin}
 SRC_DIR=${VOICEBOT_SRC_CACHE:-$HOME/.cache/voicebot/src}
-TARGET="$BIN_DIR/llama-server-$LLAMA_VERSION"
+PORTABLE=${LLAMA_PORTABLE:-0}
+if [ "$PORTABLE" = 1 ]; then
+  TARGET="$BIN_DIR/llama-server-$LLAMA_VERSION"
+else
+  # The name localllm looks for (run from the project root: the venv may not have it installed yet).
+  TARGET=$(VOICEBOT_BIN_CACHE="$BIN_DIR" "$VENV/bin/python" -m voicebot.localllm --binary-path)
+fi
 JOBS=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 
 if [ -x "$TARGET" ]; then
@@ -40,12 +49,17 @@ if command -v ninja >/dev/null || [ -x "$VENV/bin/ninja" ]; then
   PATH="$PATH:$(cd "$VENV/bin" && pwd)"
 fi
 
-# Portable x86-64 build when the CPU has AVX2/FMA (every server CPU since ~2015), as the LLM
-# image does: the binary lives in the home directory, which may be shared or copied between
-# machines. Elsewhere (ARM, older x86) tune to this CPU.
+# Tuned to this CPU: measured on the 2-core AVX-512 machine (2026-12-03), the portable AVX2
+# build prefilled a 12-token turn in 259-332 ms and this one in 189-213, decode 38-45 against
+# 31-38 ms a token, a 977-token prompt 13.8 against 7.2 s. LLAMA_PORTABLE=1, on x86-64 with
+# AVX2/FMA (every server CPU since ~2015), builds one that runs on any of them, as the LLM image does.
 CPU_FLAGS=(-DGGML_NATIVE=ON)
-if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo \
-   && grep -qw f16c /proc/cpuinfo; then
+if [ "$PORTABLE" = 1 ]; then
+  if [ "$(uname -m)" != x86_64 ] || ! grep -qw avx2 /proc/cpuinfo || ! grep -qw fma /proc/cpuinfo \
+     || ! grep -qw f16c /proc/cpuinfo; then
+    echo "LLAMA_PORTABLE=1 needs an x86-64 CPU with AVX2, FMA and F16C" >&2
+    exit 1
+  fi
   CPU_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
 fi
 
@@ -54,7 +68,7 @@ trap 'rm -rf "$WORK"' EXIT
 tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 
-echo "==> building llama-server once (llama.cpp from llama-cpp-python $LLAMA_VERSION; about 8 minutes on 2 idle cores)"
+echo "==> building llama-server once (llama.cpp from llama-cpp-python $LLAMA_VERSION, for $(basename "$TARGET"); about 8 minutes on 2 idle cores)"
 started=$(date +%s)
 # Only the server: no tests, examples or other tools; no HTTPS (it serves 127.0.0.1 or sits
 # behind the cluster's network); no web UI (it would be fetched from the network at build time).

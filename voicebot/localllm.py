@@ -10,11 +10,12 @@ changed or corrupted package is refused instead of served. ``LLM_MODEL_PATH``
 points the server at any other GGUF.
 
 The server: ``scripts/bootstrap.sh`` builds ``llama-server`` once from the llama.cpp
-sources vendored in the llama-cpp-python sdist (``LLAMA_CPP_PYTHON_VERSION``) into
-``~/.cache/voicebot/bin/llama-server-<version>`` (``LLM_SERVER_BIN`` names any other
-build). It runs ``SLOTS`` slots with continuous batching: the main reply keeps its
-prompt in slot ``MAIN_SLOT``, the guard sends ``"id_slot": GUARD_SLOT``, and the brain's side
-calls (the yes/no classifier) ``SIDE_SLOT``, so none evicts another's cached prefix. Without the binary the
+sources vendored in the llama-cpp-python sdist (``LLAMA_CPP_PYTHON_VERSION``), tuned to
+this CPU, into ``~/.cache/voicebot/bin/llama-server-<version>-<cpu tag>`` (``cpu_tag``;
+``LLM_SERVER_BIN`` names any other build). It runs ``SLOTS`` slots with continuous
+batching: the main reply keeps its prompt in slot ``MAIN_SLOT``, the guard sends
+``"id_slot": GUARD_SLOT``, and the brain's side calls (the yes/no classifier)
+``SIDE_SLOT``, so none evicts another's cached prefix. Without the binary the
 llama-cpp-python server is the fallback (one sequence at a time, no slots).
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import platform
 import sys
 from pathlib import Path
 
@@ -124,18 +126,53 @@ def side_request_fields() -> dict[str, object]:
     return {"id_slot": SIDE_SLOT, "cache_prompt": True}
 
 
+def cpu_tag(cpuinfo: str | None = None, machine: str | None = None) -> str:
+    """This CPU's instruction sets as a short name: the machine, then a digest of the
+    ``flags`` line of /proc/cpuinfo (where there is none, of the processor's name).
+
+    A build tuned to this CPU (``-march=native``) may crash with an illegal instruction on
+    another; named by this tag, a cache folder shared or copied between machines holds one
+    build per kind of CPU, and a machine never runs one made for another."""
+    machine = machine or platform.machine() or "unknown"
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags = next((line.partition(":")[2] for line in cpuinfo.splitlines()
+                  if line.split(":")[0].strip() in ("flags", "Features")), None)
+    features = " ".join(sorted(flags.split())) if flags is not None else platform.processor()
+    return f"{machine}-{hashlib.sha256(features.encode()).hexdigest()[:10]}"
+
+
+def bin_cache() -> Path:
+    return Path(os.environ.get("VOICEBOT_BIN_CACHE") or "~/.cache/voicebot/bin").expanduser()
+
+
+def tuned_binary_path() -> Path:
+    """Where bootstrap keeps the llama-server built for this CPU (scripts/build-llama-server.sh)."""
+    return bin_cache() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}-{cpu_tag()}"
+
+
+def portable_binary_path() -> Path:
+    """Where a portable build (AVX2, ``LLAMA_PORTABLE=1``; and every build before 2026-12-03) is kept."""
+    return bin_cache() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}"
+
+
 def server_binary() -> Path | None:
-    """The native llama-server to run: ``LLM_SERVER_BIN``, else the one bootstrap built; None
-    when neither exists (then the llama-cpp-python server is the fallback)."""
+    """The native llama-server to run: ``LLM_SERVER_BIN``, else the one bootstrap built for this
+    CPU, else a portable build; None when there is none (then the llama-cpp-python server is
+    the fallback)."""
     configured = os.environ.get("LLM_SERVER_BIN")
     if configured:
         path = Path(configured).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise FileNotFoundError(f"LLM_SERVER_BIN={configured} is not an executable file")
         return path
-    cache = Path(os.environ.get("VOICEBOT_BIN_CACHE") or "~/.cache/voicebot/bin").expanduser()
-    built = cache / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}"
-    return built if built.is_file() and os.access(built, os.X_OK) else None
+    for built in (tuned_binary_path(), portable_binary_path()):
+        if built.is_file() and os.access(built, os.X_OK):
+            return built
+    return None
 
 
 def native_server_command(binary: str | Path, model: str | Path, host: str, port: int,
@@ -216,4 +253,5 @@ def is_native(argv: list[str]) -> bool:
 
 
 if __name__ == "__main__":
-    print(model_path())
+    # ``--binary-path``: where the build for this CPU goes (scripts/build-llama-server.sh asks).
+    print(tuned_binary_path() if sys.argv[1:] == ["--binary-path"] else model_path())

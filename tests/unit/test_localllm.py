@@ -23,12 +23,17 @@ def flags(argv: list[str]) -> dict[str, str | None]:
     return out
 
 
+def executable(path):
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
 @pytest.fixture
 def fake_binary(tmp_path, monkeypatch):
-    binary = tmp_path / "bin" / f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}"
-    binary.parent.mkdir()
-    binary.write_text("#!/bin/sh\n")
-    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    name = f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}-{localllm.cpu_tag()}"
+    binary = executable(tmp_path / "bin" / name)
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.delenv("LLM_SERVER_BIN", raising=False)
@@ -54,6 +59,37 @@ def test_native_command_is_one_server_with_three_slots_on_every_core(fake_binary
     slots = (localllm.MAIN_SLOT, localllm.GUARD_SLOT, localllm.SIDE_SLOT)
     assert all(0 <= slot < localllm.SLOTS for slot in slots) and len(set(slots)) == 3
     assert localllm.side_request_fields()["id_slot"] == localllm.SIDE_SLOT
+
+
+AVX512_HOST = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_vnni\nbogomips\t: 4000\n"
+AVX2_HOST = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\nbogomips\t: 4000\n"
+
+
+def test_the_cpu_tag_names_the_instruction_sets_so_a_shared_cache_never_runs_another_cpus_build():
+    tag = localllm.cpu_tag(AVX512_HOST, "x86_64")
+    assert re.fullmatch(r"x86_64-[0-9a-f]{10}", tag)
+    # The same instruction sets in another order, on another core count or clock: the same build.
+    assert localllm.cpu_tag(AVX512_HOST.replace("avx2 fma", "fma avx2").replace("4000", "3000") * 2,
+                            "x86_64") == tag
+    # Fewer instruction sets or another machine: another name, so it builds its own.
+    assert localllm.cpu_tag(AVX2_HOST, "x86_64") != tag
+    assert localllm.cpu_tag(AVX512_HOST, "aarch64").startswith("aarch64-")
+    # ARM's /proc/cpuinfo says "Features".
+    arm = localllm.cpu_tag("processor\t: 0\nFeatures\t: fp asimd sve\n", "aarch64")
+    assert arm != localllm.cpu_tag("processor\t: 0\nFeatures\t: fp asimd\n", "aarch64")
+
+
+def test_the_build_for_this_cpu_comes_before_a_portable_one(fake_binary, tmp_path):
+    tuned, _ = fake_binary
+    portable = executable(tuned.parent / f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}")
+    assert localllm.tuned_binary_path() == tuned and localllm.portable_binary_path() == portable
+    assert localllm.server_binary() == tuned
+    tuned.unlink()  # a cache from before the tuned build, or LLAMA_PORTABLE=1: still native
+    assert localllm.server_binary() == portable
+    # A build for another CPU in the same cache is never picked.
+    executable(tuned.parent / f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}-x86_64-0000000000")
+    portable.unlink()
+    assert localllm.server_binary() is None
 
 
 def test_llm_server_bin_names_any_build(fake_binary, tmp_path, monkeypatch):
@@ -101,3 +137,14 @@ def test_bootstrap_builds_the_same_version():
     assert "build-llama-server.sh" in bootstrap
     build = (ROOT / "scripts" / "build-llama-server.sh").read_text()
     assert "llama-server-$LLAMA_VERSION" in build and "--target llama-server" in build
+    # The tuned build goes where localllm looks: the script asks it for the path.
+    assert "-m voicebot.localllm --binary-path" in build and "-DGGML_NATIVE=ON" in build
+
+
+def test_the_build_script_asks_for_this_cpus_binary_path(tmp_path):
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "voicebot.localllm", "--binary-path"], cwd=ROOT,
+                         env={"VOICEBOT_BIN_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(tmp_path / f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}-{localllm.cpu_tag()}")
