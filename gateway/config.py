@@ -40,6 +40,10 @@ class GatewaySettings(BaseSettings):
     # The brain's deltas are joined into phrases (at punctuation, or this many characters)
     # before they go to TTS and to the client as reply.delta (gateway/phrases.py).
     reply_phrase_chars: int = 160
+    # ... except the reply's first words, which go on one by one until the first punctuation
+    # mark or this many words, so TTS can start a first piece at a word boundary
+    # (TTS_FIRST_CLAUSE_WORDS, TTS_FIRST_CLAUSE_MIN_WORDS). 0: phrases from the start.
+    reply_first_words: int = 8
     # Start the brain on the STT's speculative transcript (a short pause) and commit it when the
     # final has the same words; held back, and discarded otherwise (gateway/preemptive.py).
     preemptive: bool = True

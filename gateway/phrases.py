@@ -7,6 +7,12 @@ everything after the boundary that has arrived too. So TTS sees each boundary as
 would have word by word, including what follows it, which it needs to tell "3." from "3.5"
 or "p.m. See" from "p.m. sharp". A long run without punctuation goes out at ``max_chars``;
 anything that is not text (a tool call, the end of the reply) flushes what is held.
+
+Except at the reply's start: TTS may begin its first piece at a word boundary when no comma
+comes (TTS_FIRST_CLAUSE_WORDS and _MIN_WORDS), so the first ``first_words`` words go on as each
+is complete, until the first punctuation mark. Held until the full stop, "I'm located five blocks
+away from the train station." reached TTS in one piece, 440-600 ms of decode after its first word
+(make bench-v2v, 2026-12-03): TTS's word rule could never apply.
 """
 
 from __future__ import annotations
@@ -20,10 +26,16 @@ from voicebot.common.speech_text import CLAUSE_MARK_AFTER_WORD
 _BOUNDARY = re.compile(r"[.!?…,;:][\"'”’)\]]*\s|" + CLAUSE_MARK_AFTER_WORD + r"|[。！？，、；：]|\n")
 
 
+_SPACE = re.compile(r"\s+")
+
+
 class PhraseCoalescer:
-    def __init__(self, max_chars: int = 160) -> None:
+    def __init__(self, max_chars: int = 160, first_words: int = 0) -> None:
         self.max_chars = max_chars
+        self.first_words = first_words  # the reply's first words go on one by one (0: never)
         self._buffer = ""
+        self._words_sent = 0
+        self._punctuated = False  # a phrase boundary went out: coalescing from here on
 
     def push(self, text: str) -> str | None:
         """Add a delta; returns the text to send now, if a phrase is complete."""
@@ -33,6 +45,11 @@ class PhraseCoalescer:
         start = max(0, len(self._buffer) - 4)
         self._buffer += text
         if len(self._buffer) >= self.max_chars or _BOUNDARY.search(self._buffer, start):
+            self._punctuated = True
+            return self.flush()
+        if not self._punctuated and self._words_sent < self.first_words and _SPACE.search(text):
+            # A word is complete (the space after it came): TTS may cut before or after it.
+            self._words_sent += len(_SPACE.findall(text))
             return self.flush()
         return None
 

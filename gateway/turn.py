@@ -104,11 +104,13 @@ class TurnFailed(Exception):
 
 
 class TurnRunner:
-    def __init__(self, upstreams, output: TurnOutput, timeout_s: float, phrase_chars: int = 160) -> None:
+    def __init__(self, upstreams, output: TurnOutput, timeout_s: float, phrase_chars: int = 160,
+                 first_words: int = 0) -> None:
         self.upstreams = upstreams
         self.output = output
         self.timeout_s = timeout_s
         self.phrase_chars = phrase_chars
+        self.first_words = first_words
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
                   playout: Playout, brain_call=None) -> str:
@@ -169,7 +171,7 @@ class TurnRunner:
     async def _pump_brain(self, call, turn_id: str, texts: asyncio.Queue, timings: TurnTimings,
                           reply: list[str]) -> None:
         final_text = None
-        phrases = PhraseCoalescer(self.phrase_chars)
+        phrases = PhraseCoalescer(self.phrase_chars, self.first_words)
 
         async def send(text: str | None) -> None:
             if text:

@@ -32,4 +32,9 @@ class TtsSettings(ServiceSettings):
     # the join falls on the comma's own pause.
     first_clause_chars: int = 3
     first_clause_words: int = 8
+    # With no comma: the first piece may end before a word that opens a phrase ("from", "at",
+    # "because", ...) once this many words precede it, rather than at first_clause_words (0: off).
+    # make bench-v2v (2026-12-03): replies like "I'm located five blocks away from the train
+    # station." waited 440-600 ms of decode for their eighth word or full stop.
+    first_clause_min_words: int = 5
     max_text_chars: int = 4000

@@ -15,11 +15,15 @@ A punctuation mark at the very end of the text so far waits for the next
 delta: "3." may become "3.5".
 
 The first piece of a reply does not wait for its full stop: it is cut at its
-first comma (or ; :) once it holds ``first_clause_chars``, or, when no such
-mark comes, after ``first_clause_words`` words at a word boundary, so the
-first audio starts while the model is still writing the sentence. A comma cut
-joins without a seam (piper pauses at a comma anyway); the word cut is the
-fallback for a long clause with no punctuation.
+first comma (or ; :) once it holds ``first_clause_chars``; when no such mark
+comes, at a word boundary: before the first word that opens a phrase (a
+preposition or a conjunction: "I'm located about one mile | from the station")
+once ``first_clause_min_words`` words precede it, else after
+``first_clause_words`` words. So the first audio starts while the model is
+still writing the sentence. A comma cut joins without a seam (piper pauses at a
+comma anyway); a word cut (``WordCut``) is voiced with a comma of its own
+(``voiced``: a rise and a short pause, where a speaker pauses before a phrase,
+instead of a full stop's fall) and reported as written.
 """
 
 from __future__ import annotations
@@ -48,16 +52,38 @@ _BOUNDARY = re.compile(
 _CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|" + CLAUSE_MARK_AFTER_WORD + r"|[，、；：]")
 # A clause cut leaves at least this much on its left, so no two-word fragments.
 MIN_CLAUSE_CHARS = 12
+# Words that open a phrase in English (prepositions, conjunctions, relative words): a speaker
+# may pause before one, so a reply's first piece may end there. Other languages fall back to
+# the word count.
+PHRASE_OPENERS = frozenset({
+    "about", "after", "and", "around", "as", "at", "because", "before", "between", "but", "by",
+    "during", "for", "from", "if", "in", "into", "near", "on", "or", "since", "so", "than", "that",
+    "to", "until", "when", "where", "which", "while", "who", "with", "within", "without",
+})
+# What ends a first piece cut at a word boundary, for the voice only (``voiced``).
+WORD_CUT_MARK = ","
+
+
+class WordCut(str):
+    """A reply's first piece cut at a word boundary: reported as written, voiced with a comma."""
+
+
+def voiced(piece: str) -> str:
+    """The text the voice renders for a piece: a word cut ends in WORD_CUT_MARK."""
+    return piece + WORD_CUT_MARK if isinstance(piece, WordCut) else piece
 
 
 class SentenceSegmenter:
     def __init__(self, max_clause_chars: int = 120, first_clause_chars: int = 0,
-                 first_clause_words: int = 0) -> None:
+                 first_clause_words: int = 0, first_clause_min_words: int = 0) -> None:
         self.max_clause_chars = max_clause_chars
         self.first_clause_chars = first_clause_chars  # 0: the first piece is a whole sentence
         self.first_clause_words = first_clause_words  # 0: no cut at a word boundary
+        # Before a phrase opener once this many words precede it (0: only the word count).
+        self.first_clause_min_words = first_clause_min_words
         self._buffer = ""
         self._started = False  # a piece was cut already: the first-clause rule is spent
+        self._word_cut: int | None = None  # where the first piece ends at a word boundary
 
     def push(self, text: str) -> list[str]:
         """Add streamed text; return the sentences it completed."""
@@ -74,6 +100,8 @@ class SentenceSegmenter:
         sentences: list[str] = []
         while (cut := self._next_cut(final)) is not None:
             sentence, self._buffer = self._buffer[:cut].strip(), self._buffer[cut:]
+            if sentence and cut == self._word_cut and not self._started:
+                sentence = WordCut(sentence)
             if sentence:
                 sentences.append(sentence)
                 self._started = True
@@ -81,15 +109,27 @@ class SentenceSegmenter:
 
     def _first_clause_cut(self) -> int | None:
         """Where the reply's first piece may end before its sentence does, if anywhere yet."""
+        self._word_cut = None
         if self._started or not self.first_clause_chars:
             return None
         for mark in _CLAUSE_BREAK.finditer(self._buffer):
             if mark.end() >= self.first_clause_chars:
                 return mark.end()
-        if self.first_clause_words:
-            words = list(re.finditer(r"\S+(?=\s)", self._buffer))
-            if len(words) >= self.first_clause_words and not _BOUNDARY.search(self._buffer):
-                return words[self.first_clause_words - 1].end()
+        if self.first_clause_words and not _BOUNDARY.search(self._buffer):
+            self._word_cut = self._word_boundary_cut()
+            return self._word_cut
+        return None
+
+    def _word_boundary_cut(self) -> int | None:
+        """Before the first phrase opener with ``first_clause_min_words`` words before it, else
+        after ``first_clause_words`` words; only whole words count (whitespace after them)."""
+        words = list(re.finditer(r"\S+(?=\s)", self._buffer))
+        for index, word in enumerate(words):
+            if (self.first_clause_min_words and index >= self.first_clause_min_words
+                    and word.group().lower() in PHRASE_OPENERS):
+                return words[index - 1].end()
+            if index + 1 >= self.first_clause_words:
+                return word.end()
         return None
 
     def _next_cut(self, final: bool) -> int | None:

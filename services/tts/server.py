@@ -50,7 +50,7 @@ from services.tts.metrics import (
 )
 from services.tts.normalize import prepare
 from services.tts.pool import DeadlinePool
-from services.tts.segmenter import SentenceSegmenter
+from services.tts.segmenter import SentenceSegmenter, voiced
 from voicebot.common.audio import StreamResampler, float_to_pcm16
 from voicebot.common.grpc_server import serve_forever
 from voicebot.common.logs import setup_logging
@@ -140,7 +140,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
 
     async def _read(self, requests, sentences: asyncio.Queue) -> None:
         segmenter = SentenceSegmenter(self.settings.max_clause_chars, self.settings.first_clause_chars,
-                                      self.settings.first_clause_words)
+                                      self.settings.first_clause_words, self.settings.first_clause_min_words)
         total = 0
         try:
             async for request in requests:
@@ -161,7 +161,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             await sentences.put(_DONE)
 
     async def _speak(self, stream: Stream, sentence: str) -> AsyncIterator[tts_pb2.SynthesizeEvent]:
-        text = prepare(sentence, stream.language)
+        text = prepare(voiced(sentence), stream.language)
         if not text:
             return  # nothing speakable (stray markup): no sentence to report
         index, stream.sentences = stream.sentences, stream.sentences + 1

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from gateway.config import GatewaySettings
 from gateway.origin import OriginPolicy
 from gateway.phrases import PhraseCoalescer
 from gateway.playout import Playout
@@ -20,9 +21,9 @@ RATE = 16000
 MS = RATE * 2 // 1000
 
 
-def coalesce(deltas: list[str], max_chars: int = 160) -> list[tuple[int, str]]:
+def coalesce(deltas: list[str], max_chars: int = 160, first_words: int = 0) -> list[tuple[int, str]]:
     """(index of the delta that released it, text) for every phrase sent."""
-    phrases = PhraseCoalescer(max_chars)
+    phrases = PhraseCoalescer(max_chars, first_words)
     out = [(i, text) for i, delta in enumerate(deltas) if (text := phrases.push(delta))]
     rest = phrases.flush()
     return [*out, (len(deltas), rest)] if rest else out
@@ -54,6 +55,36 @@ def test_the_text_is_never_changed_only_grouped():
 def test_full_width_punctuation_needs_no_space_and_long_runs_are_cut():
     assert coalesce(["좋아요", "。", "내일"]) == [(1, "좋아요。"), (3, "내일")]
     assert [i for i, _ in coalesce(["word "] * 10, max_chars=20)] == [3, 7, 10]
+
+
+def test_the_replys_first_words_go_on_as_each_is_complete_until_the_first_punctuation():
+    deltas = ["I", "'m", " located", " about", " one", " mile", " from", " the", " station", ".",
+              " It", " is", " a", " short", " walk", "."]
+    sent = coalesce(deltas, first_words=8)
+    # Each token with a leading space completes the word before it, and goes at once.
+    assert sent[:7] == [(2, "I'm located"), (3, " about"), (4, " one"), (5, " mile"), (6, " from"),
+                        (7, " the"), (8, " station")]
+    # From the full stop on: phrases again.
+    assert sent[7:] == [(10, ". It"), (16, " is a short walk.")]
+    assert "".join(text for _, text in sent) == "".join(deltas)
+    # At most first_words words one by one, then phrases.
+    assert [i for i, _ in coalesce(["One"] + [" word"] * 12, first_words=3)] == [1, 2, 3, 13]
+
+
+def test_tts_starts_the_first_piece_at_a_phrase_boundary_before_the_full_stop():
+    """The gateway's phrases feed TTS's segmenter as configured by default: the first piece
+    goes to the voice when the word after "from" arrives, not at the full stop."""
+    from services.tts.config import TtsSettings
+    from services.tts.segmenter import SentenceSegmenter
+
+    tts = TtsSettings()
+    segmenter = SentenceSegmenter(tts.max_clause_chars, tts.first_clause_chars, tts.first_clause_words,
+                                  tts.first_clause_min_words)
+    phrases = PhraseCoalescer(160, GatewaySettings().reply_first_words)
+    deltas = ["I", "'m", " located", " about", " one", " mile", " from", " the", " train", " station", "."]
+    spoken = [(i, piece) for i, delta in enumerate(deltas)
+              for piece in segmenter.push(phrases.push(delta) or "")]
+    assert spoken == [(7, "I'm located about one mile")]
 
 
 def test_audio_waiting_for_stt_goes_as_one_message_and_contexts_keep_their_place():

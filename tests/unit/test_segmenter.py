@@ -3,7 +3,7 @@
 import pytest
 
 from services.tts.config import TtsSettings
-from services.tts.segmenter import SentenceSegmenter
+from services.tts.segmenter import SentenceSegmenter, WordCut, voiced
 
 
 def segment(deltas, max_clause=120):
@@ -100,6 +100,36 @@ def test_a_long_first_clause_without_a_comma_is_cut_at_a_word_boundary():
     pieces = stream_words(seg, "Our kitchen serves vegetarian and vegan dishes every single day of the week.")
     assert pieces[0] == "Our kitchen serves vegetarian and vegan dishes every"
     assert " ".join(pieces) == "Our kitchen serves vegetarian and vegan dishes every single day of the week."
+    # Voiced with a comma (a rise and a short pause, not a full stop's fall); a sentence as written.
+    assert voiced(pieces[0]) == pieces[0] + "," and voiced(pieces[1]) == pieces[1]
+
+
+def test_without_a_comma_the_first_piece_ends_before_a_word_that_opens_a_phrase():
+    """Cut where a speaker would pause, once five words are said (voiced with a comma, ``voiced``);
+    too early, or without an opener, the word count decides; other pieces are never cut at words."""
+    def pieces(text: str) -> list[str]:
+        return stream_words(SentenceSegmenter(first_clause_chars=3, first_clause_words=8,
+                                              first_clause_min_words=5), text)
+
+    cases = {
+        "I'm located about one mile from the train station.":
+            ["I'm located about one mile", "from the train station."],
+        "We close at ten p m on weekdays and six p m on weekends.":  # "at" comes too early
+            ["We close at ten p m", "on weekdays and six p m on weekends."],
+        "Our kitchen serves vegetarian and vegan dishes every single day of the week.":  # "and": 4th
+            ["Our kitchen serves vegetarian and vegan dishes every", "single day of the week."],
+        "Nepokin is located in the city center.": ["Nepokin is located in the city center."],
+        "Absolutely everybody here really likes our seasonal tasting menus a lot.":
+            ["Absolutely everybody here really likes our seasonal tasting", "menus a lot."],
+        "Yes, we have a terrace for the summer.": ["Yes,", "we have a terrace for the summer."],
+        "We plan to open at six. We close at ten in the evening on Sundays.":
+            ["We plan to open at six.", "We close at ten in the evening on Sundays."],
+    }
+    for text, expected in cases.items():
+        got = pieces(text)
+        assert got == expected and " ".join(got) == text, text
+        word_cut = len(got) > 1 and not got[0].endswith((",", "."))
+        assert [isinstance(piece, WordCut) for piece in got] == [word_cut] + [False] * (len(got) - 1), text
 
 
 def test_a_short_first_sentence_and_an_early_comma_are_left_whole():
