@@ -227,14 +227,16 @@ async def caller(url: str):
 
 
 async def run_case(case: str, url: str, texts: list[str], per_session: int,
-                   voices: list[tuple[str, Any]] = VOICES, first: int = 0) -> list[Turn]:
-    """``texts`` in sessions of ``per_session``; ``first``: the index of texts[0] in the whole set,
-    so each text keeps its voice when a set is run a few sessions at a time."""
+                   voices: list[tuple[str, Any]] = VOICES, first: int = 0,
+                   places: list[int] | None = None) -> list[Turn]:
+    """``texts`` in sessions of ``per_session``; each keeps the voice of its place in the whole
+    set: ``places[i]`` for texts[i], else ``first + i`` (a set run a few sessions at a time)."""
     turns: list[Turn] = []
+    places = places or [first + i for i in range(len(texts))]
     for start in range(0, len(texts), per_session):
         async with caller(url) as mic:
             for index, text in enumerate(texts[start:start + per_session]):
-                voice = voices[(first + start + index) % len(voices)]
+                voice = voices[places[start + index] % len(voices)]
                 pcm = await asyncio.to_thread(speech, text, voice)
                 v2v, stages, reply, heard = await mic.say(pcm)
                 turn = Turn(case, text, f"{voice[0]} {voice[1] or ''}".strip(), v2v, stages, reply, heard)
@@ -333,16 +335,29 @@ QUESTION_CASES = (("questions, guard on", "guard-on"), ("questions, guard off", 
 PER_SESSION = 4
 
 
+def session_order(start: int, size: int, case_index: int) -> list[int]:
+    """The places of a group's questions in the order one case asks them: rotated by the case,
+    so no two cases open their sessions with the same question. Opened alike, a case that came
+    later found the first prompt (instructions + question) in the LLM server's prompt cache
+    another case had left there (llm_ttft ~1 ms), in 3 of the 4 groups for guard-off on
+    2026-12-03: a head start the guard's share was measured against."""
+    shift = case_index % size
+    return [start + (i + shift) % size for i in range(size)]
+
+
 async def question_cases(pairs: dict[str, str], questions: list[str]) -> dict[str, list[Turn]]:
-    """The question cases a session each in turn (the same four questions, voices and speeds),
-    the order rotated from one group to the next, so a slow minute of the shared machine or a
-    case's place in the run does not land on one case."""
+    """The question cases a session each in turn (the same four questions, voices and speeds,
+    each case in its own order: ``session_order``), the order of the cases rotated from one
+    group to the next, so a slow minute of the shared machine or a case's place in the run does
+    not land on one case."""
     runs: dict[str, list[Turn]] = {case: [] for case, _ in QUESTION_CASES}
     for group, start in enumerate(range(0, len(questions), PER_SESSION)):
         order = QUESTION_CASES[group % len(QUESTION_CASES):] + QUESTION_CASES[:group % len(QUESTION_CASES)]
+        size = min(PER_SESSION, len(questions) - start)
         for case, pair in order:
-            runs[case] += await run_case(case, pairs[pair], questions[start:start + PER_SESSION],
-                                         PER_SESSION, VOICES, first=start)
+            places = session_order(start, size, QUESTION_CASES.index((case, pair)))
+            runs[case] += await run_case(case, pairs[pair], [questions[i] for i in places],
+                                         PER_SESSION, VOICES, places=places)
     return runs
 
 
@@ -389,7 +404,19 @@ async def main_async(rounds: int) -> dict[str, Any]:
                       ("llm_only_guard_adds_to_p50", "questions, guard on, LLM only")):
         on = results[case]["client_v2v_ms"]["p50"]
         results[key] = round(on / off - 1, 3) if on and off else None
+        results[key + "_paired"] = paired_overhead(runs[case], runs["questions, guard off"])
     return results
+
+
+def paired_overhead(with_guard: list[Turn], without: list[Turn]) -> float | None:
+    """The median, over the questions both cases asked (same words, same voice), of the client
+    v2v difference, over the p50 without the guard: what the guard adds to the same utterance,
+    with less of the noise that two p50s of different turns carry."""
+    base = {(t.text, t.voice): t.v2v_ms for t in without if t.v2v_ms is not None}
+    differences = [t.v2v_ms - base[(t.text, t.voice)] for t in with_guard
+                   if t.v2v_ms is not None and (t.text, t.voice) in base]
+    p50 = percentile(list(base.values()), 0.5) if base else None
+    return round(percentile(differences, 0.5) / p50, 3) if differences and p50 else None
 
 
 def main() -> None:
@@ -406,7 +433,9 @@ def main() -> None:
     for key, what in (("guard_adds_to_p50", "guard adds"),
                       ("llm_only_guard_adds_to_p50", "LLM-only guard adds")):
         if results[key] is not None:
-            print(f"{what} {results[key]:+.0%} to the p50")
+            paired = results[key + "_paired"]
+            print(f"{what} {results[key]:+.0%} to the p50"
+                  + (f" ({paired:+.0%} paired per question)" if paired is not None else ""))
     print(json.dumps({"bench": "v2v", "results": results}, indent=2))
 
 

@@ -82,3 +82,25 @@ def test_a_read_back_counts_as_asked_only_when_it_says_the_change_that_was_asked
     turns = [Turn("b", text, "piper", reply=reply) for text, reply in said]
     summary = summarise(turns, "", opening)
     assert (summary["read_back"], summary["as_asked"]) == (4, 2)
+
+
+def test_each_case_opens_its_sessions_with_another_question_and_every_question_keeps_its_voice():
+    """The same four questions per case, in an order of its own: no case opens with a prompt
+    another case left in the LLM server's cache."""
+    from voicebot.bench_v2v import QUESTION_CASES, session_order
+
+    orders = [session_order(8, 4, case) for case in range(len(QUESTION_CASES))]
+    assert all(sorted(order) == [8, 9, 10, 11] for order in orders)
+    assert len({order[0] for order in orders}) == len(QUESTION_CASES)
+    assert session_order(8, 4, 0) == [8, 9, 10, 11]
+    assert sorted(session_order(0, 3, 5)) == [0, 1, 2]  # a short last group
+
+
+def test_the_paired_overhead_compares_the_same_utterance_with_and_without_the_guard():
+    from voicebot.bench_v2v import Turn, paired_overhead
+
+    off = [Turn("questions, guard off", q, "piper", ms) for q, ms in (("a", 400), ("b", 500), ("c", 600))]
+    on = [Turn("questions, guard on", q, "piper", ms) for q, ms in (("c", 650), ("a", 420), ("b", 800))]
+    # Differences 50, 20, 300: median 50, over the p50 without the guard (500).
+    assert paired_overhead(on, off) == 0.1
+    assert paired_overhead([Turn("x", "a", "espeak", 900)], off) is None  # another voice: no pair
