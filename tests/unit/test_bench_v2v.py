@@ -104,3 +104,14 @@ def test_the_paired_overhead_compares_the_same_utterance_with_and_without_the_gu
     # Differences 50, 20, 300: median 50, over the p50 without the guard (500).
     assert paired_overhead(on, off) == 0.1
     assert paired_overhead([Turn("x", "a", "espeak", 900)], off) is None  # another voice: no pair
+
+
+def test_every_case_samples_its_replies_with_one_seed_on_top_of_the_servers_fields():
+    import json
+
+    from voicebot.bench_v2v import SEED, same_words_env
+
+    body = json.loads(same_words_env({"BRAIN_LLM_EXTRA_BODY": '{"id_slot": 0, "cache_prompt": true}'})[
+        "BRAIN_LLM_EXTRA_BODY"])
+    assert body == {"id_slot": 0, "cache_prompt": True, "seed": SEED}
+    assert json.loads(same_words_env({})["BRAIN_LLM_EXTRA_BODY"]) == {"seed": SEED}  # the fallback server
