@@ -199,14 +199,9 @@ class Agent:
         if committed is None:
             committed = asyncio.Event()
             committed.set()
-        guard_first = self._guard_before_load(request)
         try:
             history = await asyncio.wait_for(self._load(request), self.settings.history_load_timeout_s)
-        except BaseException as exc:
-            if guard_first is not None:
-                guard_first.cancel()
-            if not isinstance(exc, TimeoutError | RedisError):
-                raise
+        except (TimeoutError, RedisError) as exc:
             # Without the session's state nothing may be decided (a pending action, a yes): the
             # caller hears the fallback now rather than silence while Redis retries.
             REDIS_ERRORS.labels("brain").inc()
@@ -224,10 +219,8 @@ class Agent:
         guard = None
         turn.screen_later = self.guard is not None and self._change_read_by_code(turn)
         if self.guard is not None and not self._skips_guard(turn) and not turn.screen_later:
-            guard = guard_first or asyncio.create_task(self.guard.check(request.text, request.language))
+            guard = asyncio.create_task(self.guard.check(request.text, request.language))
         else:
-            if guard_first is not None:
-                guard_first.cancel()
             passed.set()
             if self.guard is not None:
                 turn.record["guard"] = {"allowed": True, "reason": (
@@ -300,16 +293,6 @@ class Agent:
         if not verdict.allowed:
             await events.put(self._blocked(turn, verdict))
         return verdict.allowed
-
-    def _guard_before_load(self, request: brain_pb2.RespondRequest) -> asyncio.Task | None:
-        """The guard's check, started before the session's history is read, when these words are
-        screened whatever the history holds (not a dialogue act, not a change to a read-back):
-        the history read no longer delays the verdict that holds the reply back (with instant
-        engines, ~0.8 ms of the brain's ~3.5; make bench-gateway)."""
-        if (self.guard is None or is_dialogue_act(request.text)
-                or classify_confirmation(request.text) is Decision.CORRECTION):
-            return None
-        return asyncio.create_task(self.guard.check(request.text, request.language))
 
     def _skips_guard(self, turn: TurnRun) -> bool:
         """Short dialogue acts inside an ongoing task are never screened (a bare "No." is not
