@@ -12,7 +12,8 @@ listens to the whole reply before speaking again. Cases, in one run:
   (``BRAIN_GUARD_SCREEN=false``: every question is judged by the LLM guard, as before the
   screen), so the screen's share of the guard's cost shows in the same run (the three
   question cases take turns, a session of four questions each, so the machine's slow minutes
-  are shared between them);
+  are shared between them; each case asks them in its own order, ``session_order``, and every
+  reply is sampled with one seed, ``SEED``);
 - ``booking via the model``: changes to a booking that the rules do not parse, so
   the model proposes (the read-back is still made by code), in ``BOOKING_SESSIONS`` sessions.
 
