@@ -24,8 +24,7 @@ from voicebot.common.speech_text import CLAUSE_MARK_AFTER_WORD
 # Latin punctuation needs whitespace after it (what TTS's segmenter cuts on), full-width does not;
 # nor does a comma right after a word, which goes at once instead of one token later.
 _BOUNDARY = re.compile(r"[.!?…,;:][\"'”’)\]]*\s|" + CLAUSE_MARK_AFTER_WORD + r"|[。！？，、；：]|\n")
-
-
+# Whitespace in a delta: the word before it is complete.
 _SPACE = re.compile(r"\s+")
 
 
