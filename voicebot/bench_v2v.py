@@ -346,10 +346,11 @@ def session_order(start: int, size: int, case_index: int) -> list[int]:
     return [start + (i + shift) % size for i in range(size)]
 
 
-# One sampling seed for the main replies of every case: the same prompt gets the same words in
-# each. Sampled freely, the words were the larger difference between cases: on 2026-12-03 the
-# guard-off case drew replies without an early comma (first_clause p50 301 ms against 48 with the
-# guard) and came out 13 % slower than the guard-on case.
+# One sampling seed for the main replies: the same prompt gets the same words, so a case's
+# replies repeat from one run to the next and runs differ by what changed, not by the words
+# drawn. Drawn freely, the words moved a case's p50 more than the guard: on 2026-12-03 the
+# guard-off case drew replies without an early comma (first_clause p50 301 ms against 48 with
+# the guard) and came out 13 % slower than the guard-on case.
 SEED = 7
 
 
@@ -423,12 +424,20 @@ async def main_async(rounds: int) -> dict[str, Any]:
 
 
 def paired_overhead(with_guard: list[Turn], without: list[Turn]) -> float | None:
-    """The median, over the questions both cases asked (same words, same voice), of the client
-    v2v difference, over the p50 without the guard: what the guard adds to the same utterance,
-    with less of the noise that two p50s of different turns carry."""
-    base = {(t.text, t.voice): t.v2v_ms for t in without if t.v2v_ms is not None}
-    differences = [t.v2v_ms - base[(t.text, t.voice)] for t in with_guard
-                   if t.v2v_ms is not None and (t.text, t.voice) in base]
+    """The median, over the questions both cases asked (same words, same voice, same round), of
+    the client v2v difference, over the p50 without the guard: what the guard adds to the same
+    utterance, with less of the noise that two p50s of different turns carry."""
+    def by_utterance(turns: list[Turn]) -> dict[tuple[str, str, int], float]:
+        seen: dict[tuple[str, str], int] = {}
+        out: dict[tuple[str, str, int], float] = {}
+        for t in turns:
+            round_ = seen[(t.text, t.voice)] = seen.get((t.text, t.voice), -1) + 1
+            if t.v2v_ms is not None:
+                out[(t.text, t.voice, round_)] = t.v2v_ms
+        return out
+
+    base, guarded = by_utterance(without), by_utterance(with_guard)
+    differences = [ms - base[key] for key, ms in guarded.items() if key in base]
     p50 = percentile(list(base.values()), 0.5) if base else None
     return round(percentile(differences, 0.5) / p50, 3) if differences and p50 else None
 

@@ -104,6 +104,12 @@ def test_the_paired_overhead_compares_the_same_utterance_with_and_without_the_gu
     # Differences 50, 20, 300: median 50, over the p50 without the guard (500).
     assert paired_overhead(on, off) == 0.1
     assert paired_overhead([Turn("x", "a", "espeak", 900)], off) is None  # another voice: no pair
+    # Asked twice (--rounds 2): each round pairs with its own round.
+    twice_off = [*off, Turn("questions, guard off", "a", "piper", 1000)]
+    twice_on = [*on, Turn("questions, guard on", "a", "piper", 1100), Turn("x", "c", "piper", 9000)]
+    # Differences 50, 20, 300 and 100 (the second "a" against the second "a", the third "c" with
+    # nothing to pair); nearest-rank medians: 100 over 600.
+    assert paired_overhead(twice_on, twice_off) == round(100 / 600, 3)
 
 
 def test_every_case_samples_its_replies_with_one_seed_on_top_of_the_servers_fields():
