@@ -228,12 +228,11 @@ async def caller(url: str):
 
 
 async def run_case(case: str, url: str, texts: list[str], per_session: int,
-                   voices: list[tuple[str, Any]] = VOICES, first: int = 0,
-                   places: list[int] | None = None) -> list[Turn]:
+                   voices: list[tuple[str, Any]] = VOICES, places: list[int] | None = None) -> list[Turn]:
     """``texts`` in sessions of ``per_session``; each keeps the voice of its place in the whole
-    set: ``places[i]`` for texts[i], else ``first + i`` (a set run a few sessions at a time)."""
+    set: ``places[i]`` for texts[i] (a set run a few sessions at a time), else i."""
     turns: list[Turn] = []
-    places = places or [first + i for i in range(len(texts))]
+    places = places or list(range(len(texts)))
     for start in range(0, len(texts), per_session):
         async with caller(url) as mic:
             for index, text in enumerate(texts[start:start + per_session]):
