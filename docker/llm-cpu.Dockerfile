@@ -49,6 +49,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     LLM_HOST=0.0.0.0 \
     LLM_PORT=8000 \
     LLM_MODEL_CACHE_DIR=/opt/voicebot/models
+# The packaged file as shipped: the image has no llama-quantize to re-lay it for one CPU's
+# kernels (LLM_QUANT in voicebot/localllm.py), and it runs on any AVX2 node.
+ENV LLM_QUANT=packaged
 WORKDIR /tmp
 USER 10001:10001
 EXPOSE 8000

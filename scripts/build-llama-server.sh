@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build llama.cpp's native server (llama-server) once, from the llama.cpp sources vendored in
-# the llama-cpp-python sdist of LLAMA_VERSION, tuned to this CPU, into
-# $VOICEBOT_BIN_CACHE/llama-server-VERSION-CPUTAG (voicebot/localllm.py: cpu_tag names the CPU's
-# instruction sets, so a cache shared between machines never runs a build made for another).
-# LLAMA_PORTABLE=1 builds a portable AVX2 binary instead, as llama-server-VERSION.
+# Build llama.cpp's native server (llama-server) and its quantizer (llama-quantize) once, from
+# the llama.cpp sources vendored in the llama-cpp-python sdist of LLAMA_VERSION, tuned to this
+# CPU, into $VOICEBOT_BIN_CACHE/llama-server-VERSION-CPUTAG and llama-quantize-VERSION-CPUTAG
+# (voicebot/localllm.py: cpu_tag names the CPU's instruction sets, so a cache shared between
+# machines never runs a build made for another). llama-quantize re-lays the packaged model for
+# this CPU's fastest kernels (localllm.derive_model). LLAMA_PORTABLE=1 builds portable AVX2
+# binaries instead, as llama-server-VERSION and llama-quantize-VERSION.
 # Called by scripts/bootstrap.sh; safe to re-run (a cached binary is kept). Exits non-zero
 # when it cannot build (no C++ compiler, no network for the sdist): bootstrap then falls back
 # to the llama-cpp-python server.
@@ -17,13 +19,15 @@ SRC_DIR=${VOICEBOT_SRC_CACHE:-$HOME/.cache/voicebot/src}
 PORTABLE=${LLAMA_PORTABLE:-0}
 if [ "$PORTABLE" = 1 ]; then
   TARGET="$BIN_DIR/llama-server-$LLAMA_VERSION"
+  QUANTIZE_TARGET="$BIN_DIR/llama-quantize-$LLAMA_VERSION"
 else
-  # The name localllm looks for (run from the project root: the venv may not have it installed yet).
+  # The names localllm looks for (run from the project root: the venv may not have it installed yet).
   TARGET=$(VOICEBOT_BIN_CACHE="$BIN_DIR" "$VENV/bin/python" -m voicebot.localllm --binary-path)
+  QUANTIZE_TARGET=$(VOICEBOT_BIN_CACHE="$BIN_DIR" "$VENV/bin/python" -m voicebot.localllm --quantize-path)
 fi
 JOBS=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 
-if [ -x "$TARGET" ]; then
+if [ -x "$TARGET" ] && [ -x "$QUANTIZE_TARGET" ]; then
   exit 0
 fi
 command -v c++ >/dev/null || { echo "no C++ compiler (Debian: apt-get install build-essential)" >&2; exit 1; }
@@ -68,7 +72,7 @@ trap 'rm -rf "$WORK"' EXIT
 tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 
-echo "==> building llama-server once (llama.cpp from llama-cpp-python $LLAMA_VERSION, for $(basename "$TARGET"); about 8 minutes on 2 idle cores)"
+echo "==> building llama-server and llama-quantize once (llama.cpp from llama-cpp-python $LLAMA_VERSION, for $(basename "$TARGET"); about 8 minutes on 2 idle cores)"
 started=$(date +%s)
 # Only the server: no tests, examples or other tools; no HTTPS (it serves 127.0.0.1 or sits
 # behind the cluster's network); no web UI (it would be fetched from the network at build time).
@@ -77,7 +81,9 @@ started=$(date +%s)
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF "${CPU_FLAGS[@]}" >"$WORK/cmake.log" 2>&1 \
   || { cat "$WORK/cmake.log" >&2; exit 1; }
-"$CMAKE" --build "$WORK/build" --target llama-server -j "$JOBS"
-install -m 0755 "$WORK/build/bin/llama-server" "$TARGET.tmp"
-mv "$TARGET.tmp" "$TARGET"
-echo "==> llama-server built in $(( $(date +%s) - started )) s: $TARGET"
+"$CMAKE" --build "$WORK/build" --target llama-server llama-quantize -j "$JOBS"
+for pair in "llama-server:$TARGET" "llama-quantize:$QUANTIZE_TARGET"; do
+  install -m 0755 "$WORK/build/bin/${pair%%:*}" "${pair#*:}.tmp"
+  mv "${pair#*:}.tmp" "${pair#*:}"
+done
+echo "==> llama-server and llama-quantize built in $(( $(date +%s) - started )) s: $TARGET"

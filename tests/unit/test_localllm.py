@@ -148,3 +148,89 @@ def test_the_build_script_asks_for_this_cpus_binary_path(tmp_path):
                          env={"VOICEBOT_BIN_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(tmp_path / f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}-{localllm.cpu_tag()}")
+    quantize = subprocess.run([sys.executable, "-m", "voicebot.localllm", "--quantize-path"], cwd=ROOT,
+                              env={"VOICEBOT_BIN_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, check=True).stdout.strip()
+    name = f"llama-quantize-{localllm.LLAMA_CPP_PYTHON_VERSION}-{localllm.cpu_tag()}"
+    assert quantize == str(tmp_path / name)
+    build = (ROOT / "scripts" / "build-llama-server.sh").read_text()
+    assert "--quantize-path" in build and "llama-quantize" in build
+
+
+@pytest.mark.parametrize(("machine", "cpuinfo", "quant"), [
+    ("x86_64", AVX512_HOST, "iq4_nl"),
+    ("x86_64", AVX2_HOST, "iq4_nl"),
+    ("x86_64", "processor\t: 0\nflags\t\t: fpu sse2 avx fma f16c\n", "packaged"),  # no AVX2: no repack
+    ("aarch64", "processor\t: 0\nFeatures\t: fp asimd asimddp sve\n", "iq4_nl"),
+    ("aarch64", "processor\t: 0\nFeatures\t: fp asimd\n", "packaged"),
+    ("riscv64", "isa\t: rv64imafdc\n", "packaged"),
+])
+def test_the_model_is_re_laid_only_where_llama_cpp_repacks_it(machine, cpuinfo, quant):
+    assert localllm.default_quant(cpuinfo, machine) == quant
+
+
+def test_llm_quant_names_the_model_or_stops_with_the_choices(monkeypatch):
+    monkeypatch.setenv("LLM_QUANT", "packaged")
+    assert localllm.configured_quant() == "packaged"
+    monkeypatch.setenv("LLM_QUANT", "Q4_0")
+    assert localllm.configured_quant() == "q4_0"
+    monkeypatch.setenv("LLM_QUANT", "auto")
+    assert localllm.configured_quant() == localllm.default_quant()
+    monkeypatch.setenv("LLM_QUANT", "q2_k")
+    with pytest.raises(ValueError, match="auto, packaged or one of iq4_nl, q4_0"):
+        localllm.configured_quant()
+
+
+FAKE_QUANTIZE = """#!/bin/sh
+# Records its arguments and copies the model, like llama-quantize writing its output file.
+echo "$@" >> "$(dirname "$0")/calls"
+[ -n "$FAIL" ] && { echo "llama_model_quantize: failed to quantize: $FAIL" >&2; exit 1; }
+cp "$4" "$5"
+"""
+
+
+@pytest.fixture
+def packaged_model(tmp_path, monkeypatch):
+    """A stand-in for the assembled packaged file, and a bin cache with this CPU's quantizer."""
+    packaged = tmp_path / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    packaged.parent.mkdir()
+    packaged.write_bytes(b"GGUF packaged")
+    monkeypatch.setattr(localllm, "assemble_qwen_gguf", lambda cache_dir: packaged)
+    monkeypatch.delenv("LLM_MODEL_PATH", raising=False)
+    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "bin"))
+    monkeypatch.setenv("LLM_QUANT", "iq4_nl")
+    return packaged
+
+
+def test_the_packaged_model_is_derived_once_for_this_cpus_kernels(packaged_model, capsys):
+    quantize = executable(localllm.tuned_quantize_path())
+    quantize.write_text(FAKE_QUANTIZE)
+    served = localllm.model_path()
+    assert served == packaged_model.with_name("qwen2.5-coder-1.5b-instruct-iq4_nl.gguf")
+    assert served.read_bytes() == b"GGUF packaged"
+    assert "deriving the LLM model's IQ4_NL copy" in capsys.readouterr().err  # long work says so
+    calls = (quantize.parent / "calls").read_text().splitlines()
+    # Requantized from the packaged file, its token embeddings (looked up, never multiplied) kept.
+    assert calls == [f"--allow-requantize --token-embedding-type q4_K {packaged_model} "
+                     f"{served.with_suffix('.tmp')} IQ4_NL {localllm.os.cpu_count() or 2}"]
+    assert localllm.model_path() == served and len((quantize.parent / "calls").read_text().splitlines()) == 1
+    # A copy made from another source or by another llama.cpp is made again.
+    served.with_suffix(".derived").write_text("another source")
+    assert localllm.model_path() == served and len((quantize.parent / "calls").read_text().splitlines()) == 2
+
+
+def test_a_failed_derivation_leaves_no_half_file_and_says_how_to_go_on(packaged_model, monkeypatch):
+    executable(localllm.tuned_quantize_path()).write_text(FAKE_QUANTIZE)
+    monkeypatch.setenv("FAIL", "out of disk")
+    with pytest.raises(RuntimeError, match=r"(?s)LLM_QUANT=packaged.*failed to quantize: out of disk"):
+        localllm.model_path()
+    assert sorted(p.name for p in packaged_model.parent.iterdir()) == [packaged_model.name]
+
+
+def test_without_a_quantizer_or_with_packaged_the_file_as_shipped_is_served(packaged_model, monkeypatch,
+                                                                           capsys):
+    assert localllm.model_path() == packaged_model  # no llama-quantize build in the cache
+    assert "no llama-quantize build" in capsys.readouterr().err
+    executable(localllm.tuned_quantize_path()).write_text(FAKE_QUANTIZE)
+    monkeypatch.setenv("LLM_QUANT", "packaged")
+    assert localllm.model_path() == packaged_model
