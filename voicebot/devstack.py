@@ -207,7 +207,8 @@ class Stack:
 
         argv = localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads, native=native)
         kind = "llama-server" if localllm.is_native(argv) else "llama-cpp-python"
-        self.say(f"starting the local LLM server ({kind}) as {name} ...")
+        model = Path(argv[argv.index("--model") + 1]).name
+        self.say(f"starting the local LLM server ({kind}, {model}) as {name} ...")
         proc = self.spawn(name, argv, replace=replace)
         proc.relaunch = lambda: self.start_llm(port, timeout, name, n_ctx, threads, replace=proc,
                                                native=native)
