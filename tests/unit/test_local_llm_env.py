@@ -22,12 +22,3 @@ def test_without_it_the_brain_asks_for_tool_choice_required(monkeypatch, tmp_pat
     monkeypatch.delenv("BRAIN_LLM_TOOL_CALL_PREFIX", raising=False)
     assert local_llm_brain_env() == {}
     assert BrainSettings().llm_tool_call_prefix == ""
-
-
-def test_the_guard_asks_the_shared_server_after_the_reply_and_other_servers_at_once(monkeypatch, tmp_path):
-    monkeypatch.delenv("BRAIN_GUARD_AFTER_REPLY_STARTS", raising=False)
-    assert BrainSettings().guard_after_reply_starts is False  # vLLM batches both prompts at once
-    monkeypatch.setenv("LLM_SERVER_BIN", "/bin/true")
-    for name, value in local_llm_brain_env().items():
-        monkeypatch.setenv(name, value)
-    assert BrainSettings().guard_after_reply_starts is True  # make run's llama-server shares its cores
