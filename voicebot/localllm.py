@@ -15,8 +15,9 @@ for IQ4_NL but not for the Q6_K tensors of a Q4_K_M file, and its Q4_K kernel is
 one. Bootstrap therefore derives an IQ4_NL copy of the packaged model once, with the
 ``llama-quantize`` it builds beside the server (~3 minutes on two cores): measured on the
 2-core AVX-512 development machine, a turn's 12-token prefill ran 1.5x faster and the time to
-the first token of a warm turn went 676 -> 524 ms, decode unchanged, and ``make bench-guard``
-gave the same verdicts on in-domain turns. ``LLM_QUANT=packaged`` serves the file as shipped.
+the first token of a warm turn went 580 -> 433 ms, decode unchanged; ``make bench-guard`` blocked
+the same in-domain turns and ``make bench-v2v`` read every booking change back as asked.
+``LLM_QUANT=packaged`` serves the file as shipped.
 
 The server: ``scripts/bootstrap.sh`` builds ``llama-server`` once from the llama.cpp
 sources vendored in the llama-cpp-python sdist (``LLAMA_CPP_PYTHON_VERSION``), tuned to
