@@ -74,8 +74,9 @@ SRC="$WORK/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
 
 echo "==> building llama-server and llama-quantize once (llama.cpp from llama-cpp-python $LLAMA_VERSION, for $(basename "$TARGET"); about 8 minutes on 2 idle cores)"
 started=$(date +%s)
-# Only the server and the quantizer: no tests, examples or other tools; no HTTPS (it serves 127.0.0.1 or sits
-# behind the cluster's network); no web UI (it would be fetched from the network at build time).
+# Only the server and the quantizer: no tests, examples or other tools; no HTTPS (it serves
+# 127.0.0.1 or sits behind the cluster's network); no web UI (it would be fetched from the
+# network at build time).
 "$CMAKE" -S "$SRC" -B "$WORK/build" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \

@@ -103,15 +103,7 @@ def default_quant(cpuinfo: str | None = None, machine: str | None = None) -> str
     packaged file: elsewhere the re-laid copy would be no faster, only further from the
     original weights."""
     machine = machine or platform.machine()
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.split(":")[0].strip() in ("flags", "Features"):
-            flags.update(line.partition(":")[2].split())
+    flags = set(cpu_flags(cpuinfo) or ())
     repacks = ("avx2" in flags if machine in ("x86_64", "AMD64")
                else "asimddp" in flags if machine in ("aarch64", "arm64") else False)
     return "iq4_nl" if repacks else PACKAGED
@@ -128,10 +120,8 @@ def configured_quant() -> str:
 
 def quantize_binary() -> Path | None:
     """The llama-quantize bootstrap built beside the server (this CPU's, else the portable one)."""
-    for built in (tuned_quantize_path(), bin_cache() / f"llama-quantize-{LLAMA_CPP_PYTHON_VERSION}"):
-        if built.is_file() and os.access(built, os.X_OK):
-            return built
-    return None
+    portable = bin_cache() / f"llama-quantize-{LLAMA_CPP_PYTHON_VERSION}"
+    return _first_executable(tuned_quantize_path(), portable)
 
 
 def derived_model_path(source: Path, quant: str) -> Path:
@@ -231,15 +221,21 @@ def cpu_tag(cpuinfo: str | None = None, machine: str | None = None) -> str:
     another; named by this tag, a cache folder shared or copied between machines holds one
     build per kind of CPU, and a machine never runs one made for another."""
     machine = machine or platform.machine() or "unknown"
+    flags = cpu_flags(cpuinfo)
+    features = " ".join(sorted(flags)) if flags is not None else platform.processor()
+    return f"{machine}-{hashlib.sha256(features.encode()).hexdigest()[:10]}"
+
+
+def cpu_flags(cpuinfo: str | None = None) -> list[str] | None:
+    """The instruction sets on the first ``flags`` line of /proc/cpuinfo (ARM: ``Features``), or
+    None where there is no such line."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    flags = next((line.partition(":")[2] for line in cpuinfo.splitlines()
-                  if line.split(":")[0].strip() in ("flags", "Features")), None)
-    features = " ".join(sorted(flags.split())) if flags is not None else platform.processor()
-    return f"{machine}-{hashlib.sha256(features.encode()).hexdigest()[:10]}"
+    return next((line.partition(":")[2].split() for line in cpuinfo.splitlines()
+                 if line.split(":")[0].strip() in ("flags", "Features")), None)
 
 
 def bin_cache() -> Path:
@@ -271,10 +267,11 @@ def server_binary() -> Path | None:
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise FileNotFoundError(f"LLM_SERVER_BIN={configured} is not an executable file")
         return path
-    for built in (tuned_binary_path(), portable_binary_path()):
-        if built.is_file() and os.access(built, os.X_OK):
-            return built
-    return None
+    return _first_executable(tuned_binary_path(), portable_binary_path())
+
+
+def _first_executable(*paths: Path) -> Path | None:
+    return next((path for path in paths if path.is_file() and os.access(path, os.X_OK)), None)
 
 
 def native_server_command(binary: str | Path, model: str | Path, host: str, port: int,
