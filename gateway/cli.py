@@ -18,6 +18,8 @@ import time
 from gateway.call_result import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
 from voicebot.common.audio import write_wav
 
+# Events that say a turn is under way (its speech, transcript or reply), until its turn.metrics.
+TURN_EVENTS = frozenset({"transcript.partial", "transcript.final", "reply.delta", "audio.start"})
 STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_voice")
 
 
@@ -69,33 +71,53 @@ async def call(url: str, token: str, wav: str | None = None, text: str | None = 
 
 
 async def _receive(ws, result: CallResult, sender_done: asyncio.Event, say) -> None:
-    while True:
-        message = await ws.recv()
-        if isinstance(message, bytes):
-            result.audio.extend(message)
-            continue
-        event = json.loads(message)
-        kind = event["type"]
-        result.events.append(kind)
-        if kind == "transcript.partial":
-            result.partials += 1
-        elif kind == "transcript.final":
-            result.transcripts.append(event["text"])
-            say(f"heard: {event['text']}")
-        elif kind == "reply.done":
-            result.replies.append(event["text"])
-            say(f"reply: {event['text']}")
-        elif kind == "interrupt":
-            result.interrupts += 1
-        elif kind == "error":
-            result.errors.append(event)
-            say(f"error {event['code']}: {event['message']}")
-            if event["code"] in ("upstream_unavailable", "internal", "unauthorized"):
-                return
-        elif kind == "turn.metrics":
-            result.metrics.append(event["ms"])
-            if sender_done.is_set():
-                return
+    """Events until the call is over: the audio is all sent and the last turn has reported.
+
+    A turn can report (``turn.metrics``) before the trailing silence is all sent: a reply
+    started on the speculative transcript ends early. So the sender's end is awaited
+    together with the next message, and a call whose last turn is over ends then.
+    """
+    turn_open, turns_over = False, 0
+    sent = asyncio.create_task(sender_done.wait())
+    try:
+        while True:
+            receive = asyncio.ensure_future(ws.recv())
+            await asyncio.wait({receive, sent}, return_when=asyncio.FIRST_COMPLETED)
+            if not receive.done():
+                if turns_over and not turn_open:
+                    receive.cancel()
+                    return
+                await receive
+            message = receive.result()
+            if isinstance(message, bytes):
+                result.audio.extend(message)
+                continue
+            event = json.loads(message)
+            kind = event["type"]
+            result.events.append(kind)
+            turn_open = turn_open or kind in TURN_EVENTS
+            if kind == "transcript.partial":
+                result.partials += 1
+            elif kind == "transcript.final":
+                result.transcripts.append(event["text"])
+                say(f"heard: {event['text']}")
+            elif kind == "reply.done":
+                result.replies.append(event["text"])
+                say(f"reply: {event['text']}")
+            elif kind == "interrupt":
+                result.interrupts += 1
+            elif kind == "error":
+                result.errors.append(event)
+                say(f"error {event['code']}: {event['message']}")
+                if event["code"] in ("upstream_unavailable", "internal", "unauthorized"):
+                    return
+            elif kind == "turn.metrics":
+                result.metrics.append(event["ms"])
+                turn_open, turns_over = False, turns_over + 1
+                if sender_done.is_set():
+                    return
+    finally:
+        sent.cancel()
 
 
 def latency_table(metrics: dict) -> str:
