@@ -315,6 +315,24 @@ def start_backends(stack: Stack, guard: bool) -> tuple[dict[str, int], str, dict
     return ports, redis_url, pids
 
 
+def _pin(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` (a process's affinity is per thread; its threads exist already)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), cores)
+
+
+def pin_cores(gateway_pid: int, other_pids: list[int]) -> None:
+    """The gateway alone on the last core, every other process (the bench's client, the brain,
+    the fakes, redis) on the others: what one gateway process carries on one core of its own."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--pin needs at least two cores")
+    _pin(gateway_pid, {cores[-1]})
+    for pid in other_pids:
+        _pin(pid, set(cores[:-1]))
+
+
 async def gateway_counters(url: str) -> dict[str, float]:
     """The gateway's own counts: audio frames in, audio messages to STT."""
     import httpx
@@ -359,7 +377,8 @@ def fmt(value, spec: str = ".1f") -> str:
 
 
 def table(results: dict) -> str:
-    rows = []
+    pinned = "the gateway alone on one core, everything else on the others (--pin)"
+    rows = [pinned] if results.get("pinned") else []
     for name, r in results["variants"].items():
         lat = r["latency"]
         rows += [
@@ -397,7 +416,7 @@ async def main_async(args) -> dict:
     os.environ.setdefault("VOICEBOT_INTERNAL_TOKEN", secrets.token_urlsafe(32))
     stack = Stack(ROOT / ".run" / "bench-gateway", env={"LOG_JSON": "true"}, quiet=True)
     results: dict = {"machine": {"cores": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
-                     "guard": args.guard, "variants": {}}
+                     "guard": args.guard, "pinned": args.pin, "variants": {}}
     try:
         upstream, redis_url, pids = start_backends(stack, args.guard)
         # The client's own collections would show as the gateway's latency.
@@ -406,6 +425,9 @@ async def main_async(args) -> dict:
             env = {**VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions),
                    "GATEWAY_MAX_LOOP_LAG_MS": str(args.max_loop_lag_ms)}
             gateway = start_gateway(stack, env, upstream, redis_url, name)
+            if args.pin:
+                others = [proc.popen.pid for proc in stack.procs if proc is not gateway]
+                pin_cores(gateway.popen.pid, [os.getpid(), *others])
             url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
             try:
                 r = await bench_variant(url, gateway.popen.pid, pids, args)
@@ -431,6 +453,8 @@ def main() -> None:
     parser.add_argument("--max-loop-lag-ms", type=float, default=0.0,
                         help="GATEWAY_MAX_LOOP_LAG_MS (0: sessions are refused only beyond --max-sessions)")
     parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--pin", action="store_true",
+                        help="the gateway alone on one core, the brain, fakes, redis and client on the rest")
     args = parser.parse_args()
     try:
         import uvloop
