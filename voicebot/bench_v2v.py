@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import re
 import signal
 import sys
@@ -419,6 +420,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         on = results[case]["client_v2v_ms"]["p50"]
         results[key] = round(on / off - 1, 3) if on and off else None
         results[key + "_paired"] = paired_overhead(runs[case], runs["questions, guard off"])
+        results[key + "_interval"] = ratio_interval(runs[case], runs["questions, guard off"])
     return results
 
 
@@ -426,19 +428,40 @@ def paired_overhead(with_guard: list[Turn], without: list[Turn]) -> float | None
     """The median, over the questions both cases asked (same words, same voice, same round), of
     the client v2v difference, over the p50 without the guard: what the guard adds to the same
     utterance, with less of the noise that two p50s of different turns carry."""
-    def by_utterance(turns: list[Turn]) -> dict[tuple[str, str, int], float]:
-        seen: dict[tuple[str, str], int] = {}
-        out: dict[tuple[str, str, int], float] = {}
-        for t in turns:
-            round_ = seen[(t.text, t.voice)] = seen.get((t.text, t.voice), -1) + 1
-            if t.v2v_ms is not None:
-                out[(t.text, t.voice, round_)] = t.v2v_ms
-        return out
-
     base, guarded = by_utterance(without), by_utterance(with_guard)
     differences = [ms - base[key] for key, ms in guarded.items() if key in base]
     p50 = percentile(list(base.values()), 0.5) if base else None
     return round(percentile(differences, 0.5) / p50, 3) if differences and p50 else None
+
+
+def ratio_interval(with_guard: list[Turn], without: list[Turn], draws: int = 2000,
+                   seed: int = 0) -> tuple[float, float] | None:
+    """A 90 % bootstrap interval of p50(with) / p50(without) - 1 over the utterances both cases
+    asked, drawn with replacement as pairs: how far the ratio of two p50s of 16-32 turns moves
+    with which questions happened to land near the median (seeded: the same turns, the same
+    interval)."""
+    base, guarded = by_utterance(without), by_utterance(with_guard)
+    keys = [key for key in guarded if key in base]
+    if not keys:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(draws):
+        sample = rng.choices(keys, k=len(keys))
+        on, off = (percentile([ms[k] for k in sample], 0.5) for ms in (guarded, base))
+        ratios.append(on / off - 1)
+    return round(percentile(ratios, 0.05), 3), round(percentile(ratios, 0.95), 3)
+
+
+def by_utterance(turns: list[Turn]) -> dict[tuple[str, str, int], float]:
+    """Client v2v per utterance: (words, voice, how many times before these were asked)."""
+    seen: dict[tuple[str, str], int] = {}
+    out: dict[tuple[str, str, int], float] = {}
+    for t in turns:
+        round_ = seen[(t.text, t.voice)] = seen.get((t.text, t.voice), -1) + 1
+        if t.v2v_ms is not None:
+            out[(t.text, t.voice, round_)] = t.v2v_ms
+    return out
 
 
 def main() -> None:
@@ -455,9 +478,11 @@ def main() -> None:
     for key, what in (("guard_adds_to_p50", "guard adds"),
                       ("llm_only_guard_adds_to_p50", "LLM-only guard adds")):
         if results[key] is not None:
-            paired = results[key + "_paired"]
+            paired, interval = results[key + "_paired"], results[key + "_interval"]
             print(f"{what} {results[key]:+.0%} to the p50"
-                  + (f" ({paired:+.0%} paired per question)" if paired is not None else ""))
+                  + (f" ({paired:+.0%} paired per question)" if paired is not None else "")
+                  + (f"; 90 % bootstrap interval of the ratio over the questions: {interval[0]:+.0%}"
+                     f" to {interval[1]:+.0%}" if interval else ""))
     print(json.dumps({"bench": "v2v", "results": results}, indent=2))
 
 

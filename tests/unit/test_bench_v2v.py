@@ -112,6 +112,22 @@ def test_the_paired_overhead_compares_the_same_utterance_with_and_without_the_gu
     assert paired_overhead(twice_on, twice_off) == round(100 / 600, 3)
 
 
+def test_the_ratio_of_the_p50s_comes_with_the_interval_it_moves_in_over_the_questions():
+    from voicebot.bench_v2v import Turn, ratio_interval
+
+    off = [Turn("questions, guard off", q, "piper", 400 + 50 * i) for i, q in enumerate("abcdefgh")]
+    # Every question 10 % slower with the guard: however the questions are drawn, the ratio is 10 %.
+    steady = [Turn("questions, guard on", t.text, "piper", t.v2v_ms * 1.1) for t in off]
+    assert ratio_interval(steady, off) == (0.1, 0.1)
+    # Two questions 300 ms slower, the rest the same: the ratio depends on the draw.
+    mixed = [Turn("questions, guard on", t.text, "piper", t.v2v_ms + (300 if t.text in "gh" else 0))
+             for t in off]
+    low, high = ratio_interval(mixed, off)
+    assert low == 0.0 and high > 0.1
+    assert ratio_interval(mixed, off) == (low, high)  # seeded: the same turns, the same interval
+    assert ratio_interval([Turn("x", "a", "espeak", 900)], off) is None  # nothing pairs
+
+
 def test_every_case_samples_its_replies_with_one_seed_on_top_of_the_servers_fields():
     import json
 
