@@ -19,7 +19,7 @@ from starlette.websockets import WebSocket
 from gateway import serving
 from gateway.auth import TokenAuth
 from gateway.call import Call
-from gateway.capacity import Capacity, LoopLag
+from gateway.capacity import Capacity, CpuUse, LoopLag
 from gateway.config import GatewaySettings
 from gateway.fallback import FallbackVoice
 from gateway.origin import OriginPolicy
@@ -44,8 +44,9 @@ CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455 registry: the server is overloaded
 def create_app(settings: GatewaySettings) -> Starlette:
     auth = TokenAuth(settings.token_map())
     origins = OriginPolicy(settings.allowed_origins)
-    lag = LoopLag()
-    capacity = Capacity(settings.max_sessions, settings.max_loop_lag_ms, lag)
+    lag, cpu = LoopLag(), CpuUse()
+    capacity = Capacity(settings.max_sessions, settings.max_loop_lag_ms, lag,
+                        max_cores=settings.max_cpu_cores, cpu=cpu)
     state: dict = {}
 
     @contextlib.asynccontextmanager
@@ -57,8 +58,10 @@ def create_app(settings: GatewaySettings) -> Starlette:
         state["fallback"] = FallbackVoice(state["upstreams"].tts, settings.output_sample_rate)
         state["fallback"].warm("en")  # in the background: TTS may come up after the gateway
         lag_task = asyncio.create_task(lag.run())
+        cpu_task = asyncio.create_task(cpu.run(lambda: capacity.active))
         yield
         lag_task.cancel()
+        cpu_task.cancel()
         await state["fallback"].close()
         await state["upstreams"].close()
         await state["redis"].aclose()

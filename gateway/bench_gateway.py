@@ -423,7 +423,8 @@ async def main_async(args) -> dict:
         gc_tuning.settle(gc_tuning.configured())
         for name in args.variants:
             env = {**VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions),
-                   "GATEWAY_MAX_LOOP_LAG_MS": str(args.max_loop_lag_ms)}
+                   "GATEWAY_MAX_LOOP_LAG_MS": str(args.max_loop_lag_ms),
+                   "GATEWAY_MAX_CPU_CORES": str(args.max_cpu_cores)}
             gateway = start_gateway(stack, env, upstream, redis_url, name)
             if args.pin:
                 others = [proc.popen.pid for proc in stack.procs if proc is not gateway]
@@ -452,6 +453,8 @@ def main() -> None:
     parser.add_argument("--max-sessions", type=int, default=200, help="GATEWAY_MAX_SESSIONS")
     parser.add_argument("--max-loop-lag-ms", type=float, default=0.0,
                         help="GATEWAY_MAX_LOOP_LAG_MS (0: sessions are refused only beyond --max-sessions)")
+    parser.add_argument("--max-cpu-cores", type=float, default=0.0,
+                        help="GATEWAY_MAX_CPU_CORES (0: not checked)")
     parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--pin", action="store_true",
                         help="the gateway alone on one core, the brain, fakes, redis and client on the rest")

@@ -83,6 +83,9 @@ class GatewaySettings(BaseSettings):
     # New sessions are refused too while the event loop wakes this late (the process gets less CPU
     # than its calls need; make bench-gateway measures where that starts). 0 = not checked.
     max_loop_lag_ms: float = 0.0
+    # New sessions are refused while this process uses more CPU than this (cores, all its threads,
+    # over the last 2 s), or would at its current cost per session. 0 = not checked.
+    max_cpu_cores: float = 0.0
     # WebSocket Origin allow-list, comma-separated: "self" (same host as the request), "localhost"
     # (http(s)://localhost, 127.0.0.1, [::1], any port), "*" (any), or exact origins
     # (https://app.example.com). A connection without an Origin header (CLI, servers) is allowed.

@@ -253,3 +253,58 @@ def test_a_late_event_loop_refuses_new_sessions_but_one_late_wake_up_does_not():
     assert capacity.active == 1
     unchecked = Capacity(max_sessions=1, lag=lag)  # no lag limit: only the session cap
     assert unchecked.open() and not unchecked.open()
+
+
+class FakeCpu:
+    """A process clock and a wall clock the test moves: ``run(seconds, cores, sessions)``."""
+
+    def __init__(self) -> None:
+        self.now, self.cpu_s = 0.0, 0.0
+
+    def run(self, use, seconds: float, cores: float, sessions: int) -> None:
+        for _ in range(round(seconds / use.interval_s)):
+            self.now += use.interval_s
+            self.cpu_s += use.interval_s * cores
+            use.sample(sessions)
+
+
+def test_a_gateway_near_its_cpu_limit_refuses_callers_arriving_together_before_their_audio_costs():
+    from gateway.capacity import Capacity, CpuUse
+
+    clock = FakeCpu()
+    use = CpuUse(read=lambda: clock.cpu_s, clock=lambda: clock.now, window_s=2.0, interval_s=0.25)
+    capacity = Capacity(max_sessions=400, max_cores=0.6, cpu=use)
+    # Ten sessions at 0.05 cores: too few to say what one costs; the process is far below the limit.
+    for _ in range(10):
+        assert capacity.open()
+    clock.run(use, 2.0, cores=0.05, sessions=10)
+    assert use.per_session() is None and capacity.checks()["cpu"]
+    # 100 sessions at 0.4 cores: 0.004 a session. A burst of callers is taken up to 0.6 / 0.004.
+    for _ in range(90):
+        assert capacity.open()
+    clock.run(use, 2.0, cores=0.4, sessions=100)
+    assert abs(use.per_session() - 0.004) < 1e-9
+    admitted = 0
+    while capacity.open():
+        admitted += 1
+    assert capacity.active == 150 and admitted == 50 and not capacity.checks()["cpu"]
+    # Over the limit already (other work in the process): nobody is taken, whatever the estimate.
+    capacity.close()
+    clock.run(use, 2.0, cores=0.7, sessions=149)
+    assert not capacity.open() and capacity.active == 149
+    # Sessions that end free their CPU: once measured below the limit, callers are taken again.
+    for _ in range(99):
+        capacity.close()
+    clock.run(use, 2.0, cores=0.2, sessions=50)
+    assert capacity.open()
+
+
+def test_without_a_cpu_limit_only_the_session_cap_counts():
+    from gateway.capacity import Capacity, CpuUse
+
+    clock = FakeCpu()
+    use = CpuUse(read=lambda: clock.cpu_s, clock=lambda: clock.now)
+    clock.run(use, 2.0, cores=3.0, sessions=1)
+    capacity = Capacity(max_sessions=2, cpu=use)
+    assert capacity.open() and capacity.open() and not capacity.open()
+    assert capacity.checks()["cpu"]
