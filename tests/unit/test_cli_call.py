@@ -11,6 +11,7 @@ import asyncio
 import json
 
 import numpy as np
+import pytest
 import websockets
 from websockets.asyncio.server import serve
 
@@ -66,25 +67,22 @@ def url(server) -> str:
     return f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/call"
 
 
-async def test_a_turn_that_reports_before_the_trailing_silence_is_sent_ends_the_call(tmp_path):
-    async def plan(ws, _all_sent):
-        for message in turn("t_1", "hello"):
-            await ws.send(message)
-
+async def call_through(plan, tmp_path):
+    """``voicebot call`` of 100 ms of audio at real-time pace against a gateway playing ``plan``."""
     async with await scripted_gateway(plan) as server:
-        result = await asyncio.wait_for(call(url(server), "tok", wav=short_wav(tmp_path), timeout=10), 15)
-    assert result.replies == ["reply to hello"] and len(result.metrics) == 1
+        return await asyncio.wait_for(call(url(server), "tok", wav=short_wav(tmp_path), timeout=10), 15)
 
 
-async def test_a_turn_that_reports_after_the_audio_is_sent_ends_the_call(tmp_path):
+@pytest.mark.parametrize("reports", ["before the trailing silence is all sent", "after all audio is sent"])
+async def test_a_turn_that_reports_ends_the_call_whether_the_audio_is_all_sent_or_not(tmp_path, reports):
     async def plan(ws, all_sent):
-        await all_sent.wait()
-        await asyncio.sleep(0.3)
+        if reports.startswith("after"):
+            await all_sent.wait()
+            await asyncio.sleep(0.3)
         for message in turn("t_1", "hello"):
             await ws.send(message)
 
-    async with await scripted_gateway(plan) as server:
-        result = await asyncio.wait_for(call(url(server), "tok", wav=short_wav(tmp_path), timeout=10), 15)
+    result = await call_through(plan, tmp_path)
     assert result.replies == ["reply to hello"] and len(result.metrics) == 1
 
 
@@ -98,8 +96,7 @@ async def test_speech_heard_after_a_finished_turn_keeps_the_call_open_for_its_re
         for message in turn("t_2", "second"):
             await ws.send(message)
 
-    async with await scripted_gateway(plan) as server:
-        result = await asyncio.wait_for(call(url(server), "tok", wav=short_wav(tmp_path), timeout=10), 15)
+    result = await call_through(plan, tmp_path)
     assert result.replies == ["reply to first", "reply to second"] and len(result.metrics) == 2
 
 
@@ -107,10 +104,9 @@ async def test_a_closed_socket_before_any_turn_is_an_error_not_a_hang(tmp_path):
     async def plan(ws, _all_sent):
         await ws.close()
 
-    async with await scripted_gateway(plan) as server:
-        try:
-            await asyncio.wait_for(call(url(server), "tok", wav=short_wav(tmp_path), timeout=10), 15)
-        except websockets.ConnectionClosed:
-            pass
-        else:
-            raise AssertionError("a call whose socket closed before any turn must raise")
+    try:
+        await call_through(plan, tmp_path)
+    except websockets.ConnectionClosed:
+        pass
+    else:
+        raise AssertionError("a call whose socket closed before any turn must raise")
