@@ -58,6 +58,7 @@ VARIANTS = {
     "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true",
                   "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true",
                   "GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0",
+                  "GATEWAY_STT_SPEECH_BATCH_MS": "0",
                   "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
                   "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                   "GATEWAY_REPLY_PHRASE_CHARS": "1"},
@@ -75,6 +76,8 @@ VARIANTS = {
     "batch-100": {"GATEWAY_STT_IDLE_BATCH_MS": "100", "GATEWAY_STT_PLAYBACK_BATCH_MS": "100"},
     # Python's own garbage-collector thresholds, nothing frozen (the default until 2026-12-03).
     "python-gc": {"VOICEBOT_GC": "python"},
+    # Every frame of an open utterance to STT at once (the default until 2026-12-03, fourth session).
+    "no-speech-batch": {"GATEWAY_STT_SPEECH_BATCH_MS": "0"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},
 }
@@ -322,10 +325,9 @@ def _pin(pid: int, cores: set[int]) -> None:
             os.sched_setaffinity(int(tid), cores)
 
 
-def pin_cores(gateway_pid: int, other_pids: list[int]) -> None:
+def pin_cores(gateway_pid: int, other_pids: list[int], cores: list[int]) -> None:
     """The gateway alone on the last core, every other process (the bench's client, the brain,
     the fakes, redis) on the others: what one gateway process carries on one core of its own."""
-    cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         raise SystemExit("--pin needs at least two cores")
     _pin(gateway_pid, {cores[-1]})
@@ -418,6 +420,7 @@ async def main_async(args) -> dict:
     results: dict = {"machine": {"cores": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
                      "guard": args.guard, "pinned": args.pin, "variants": {}}
     try:
+        cores = sorted(os.sched_getaffinity(0))  # before --pin narrows this process's own
         upstream, redis_url, pids = start_backends(stack, args.guard)
         # The client's own collections would show as the gateway's latency.
         gc_tuning.settle(gc_tuning.configured())
@@ -428,7 +431,7 @@ async def main_async(args) -> dict:
             gateway = start_gateway(stack, env, upstream, redis_url, name)
             if args.pin:
                 others = [proc.popen.pid for proc in stack.procs if proc is not gateway]
-                pin_cores(gateway.popen.pid, [os.getpid(), *others])
+                pin_cores(gateway.popen.pid, [os.getpid(), *others], cores)
             url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
             try:
                 r = await bench_variant(url, gateway.popen.pid, pids, args)

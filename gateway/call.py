@@ -319,6 +319,7 @@ class Call:
                             on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
                             max_message_bytes=self.settings.stt_max_message_bytes,
                             hold_ms=self._stt_hold_ms, loud_rms=self.settings.stt_hold_until_rms,
+                            speech_hold=lambda: self._utterance_open,
                             reconnected=lambda: self.upstreams.reconnected("stt"))
         return self._stt
 
@@ -330,7 +331,8 @@ class Call:
         playout that much later, which the caller does not hear (the client plays its lead
         either way, and the interrupt comes with the confirmation, counted in stream time)."""
         if self._utterance_open:
-            return 0
+            # Only loud audio waits, and only when a quiet frame can end the wait.
+            return self.settings.stt_speech_batch_ms if self.settings.stt_hold_until_rms else 0
         turn = self.turn
         if turn is not None and turn.audible(time.perf_counter()):
             return self.settings.stt_playback_batch_ms if turn.spoken.sent_ms > 0 else 0

@@ -76,6 +76,12 @@ class GatewaySettings(BaseSettings):
     # hold at once and takes the held audio with it: only quiet audio is merged, and an onset
     # louder than this waits on nothing. 0: a hold ends only when enough audio is waiting.
     stt_hold_until_rms: int = 100
+    # While an utterance is open, loud frames may wait up to this long for one STT message; a
+    # quiet frame (below stt_hold_until_rms, or within 6 dB of the line's quietest in the last
+    # second) sends what waits at once, so the endpoint's silence, a pause for the speculative
+    # decode and a false start's end wait on nothing; partials and a barge-in's confirmation
+    # may come up to this much later. 0 (or stt_hold_until_rms 0): every frame at once.
+    stt_speech_batch_ms: int = 60
     # permessage-deflate on the WebSocket: off, PCM does not compress and it costs CPU both ways.
     ws_per_message_deflate: bool = False
     # Concurrent sessions this process takes; more are refused (error `overloaded`, close 1013). 0 = no cap.

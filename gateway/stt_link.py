@@ -177,6 +177,7 @@ class SttLink:
                  on_down: Callable[[grpc.StatusCode, str], Awaitable[None]],
                  max_frames: int, max_message_bytes: int, replay_ms: int = 600,
                  hold_ms: Callable[[], int] = lambda: 0, loud_rms: int = 0,
+                 speech_hold: Callable[[], bool] = lambda: False,
                  backoff: Backoff | None = None,
                  reconnected: Callable[[], Awaitable[None]] | None = None) -> None:
         self._open, self._config = open_stream, config
@@ -186,6 +187,11 @@ class SttLink:
         self._hold_ms = hold_ms  # how much audio may wait for a message now (0: every frame at once)
         # A frame at least this loud (RMS, PCM16) ends a hold: the held audio goes with it. 0: never.
         self._loud_square = float(loud_rms) ** 2
+        # True while the hold is one of speech (an utterance is open): then loud frames wait and
+        # a quiet one ends the hold, so the silence the endpoint waits for waits on nothing.
+        self._speech_hold = speech_hold
+        # The last second's frame powers: "quiet" is measured from the line's own floor.
+        self._powers: deque[float] = deque(maxlen=50)
         self._backoff = backoff or Backoff()
         # Returns once the STT channel is connected again after being down (see ``_pause``).
         self._reconnected = reconnected
@@ -214,9 +220,24 @@ class SttLink:
         if not self.outbox.put_audio(frame, now):
             return False
         self._stamp(len(frame), now)
-        if self._loud_square and self.outbox.holding and mean_square(frame) >= self._loud_square:
+        if not self._loud_square:
+            return True
+        if self._speech_hold():
+            if self._quiet(mean_square(frame)):
+                self.outbox.flush()
+        elif self.outbox.holding and self._loud(mean_square(frame)):
             self.outbox.flush()
         return True
+
+    def _loud(self, power: float) -> bool:
+        self._powers.append(power)
+        return power >= self._loud_square
+
+    def _quiet(self, power: float) -> bool:
+        """Below the hold's loudness, or within 6 dB of the quietest frame of the last second
+        (a noisy line's pause between words, and the silence after them, count as quiet)."""
+        self._powers.append(power)
+        return power < max(self._loud_square, 4 * min(self._powers))
 
     def wake(self) -> None:
         """The call's state changed (an utterance, a reply): held audio goes now."""

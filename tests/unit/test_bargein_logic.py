@@ -358,15 +358,20 @@ def _timings() -> TurnTimings:
 
 async def test_stt_audio_waits_for_a_message_only_while_nothing_but_an_onset_depends_on_it():
     call, _ws = make_call(FakeBrain(think_s=0.1), FakeTts(audio_ms=300), stt_idle_batch_ms=100,
-                          stt_playback_batch_ms=60)
+                          stt_playback_batch_ms=60, stt_speech_batch_ms=40)
     assert call._stt_hold_ms() == 100  # nothing happens
     await call._on_stt_event(speech_started(0, onset_ms=0))
-    assert call._stt_hold_ms() == 0  # an utterance is open: its endpoint rides on every frame
+    # An utterance is open: its loud frames may wait 40 ms (the link sends a quiet one at once).
+    assert call._stt_hold_ms() == 40
     await call._on_stt_event(end_of_utterance(0, 600))
     await call._on_stt_event(transcript(0, "When do you open?", 0, 600, final=True))
     assert call._stt_hold_ms() == 0  # the reply is being made: speech now would hold it back
     await until(lambda: call.turn.spoken.sent_ms > 0)
     assert call._stt_hold_ms() == 60  # it plays: only a barge-in's pause waits on the audio
     await call._on_stt_event(speech_started(1, onset_ms=900))
-    assert call._stt_hold_ms() == 0
+    assert call._stt_hold_ms() == 40
     await call.close()
+    ungated, _ws = make_call(FakeBrain(), FakeTts(), stt_hold_until_rms=0, stt_speech_batch_ms=40)
+    await ungated._on_stt_event(speech_started(0, onset_ms=0))
+    assert ungated._stt_hold_ms() == 0  # no loudness gate: nothing could end a hold on speech
+    await ungated.close()

@@ -27,7 +27,7 @@ def test_every_thread_of_the_gateway_and_of_the_others_is_pinned_apart():
         while min(len(threads_of(gateway.pid)), len(threads_of(other.pid))) < 2:
             assert time.monotonic() < deadline, "the processes never started their second thread"
             time.sleep(0.02)
-        pin_cores(gateway.pid, [other.pid])
+        pin_cores(gateway.pid, [other.pid], cores)
         assert {tid: os.sched_getaffinity(tid) for tid in threads_of(gateway.pid)} == {
             tid: {cores[-1]} for tid in threads_of(gateway.pid)}
         assert {tid: os.sched_getaffinity(tid) for tid in threads_of(other.pid)} == {

@@ -152,6 +152,52 @@ async def test_held_quiet_audio_goes_with_the_first_loud_frame(loud_rms, onset_w
     await link.close()
 
 
+def recorded_link(sent: list[tuple[float, int, float]], **kwargs) -> SttLink:
+    """A link whose stream records each audio message: (time, bytes, its quietest frame's RMS)."""
+    def open_stream(requests):
+        async def events():
+            async for request in requests:
+                if request.WhichOneof("request") == "audio":
+                    pcm = np.frombuffer(request.audio, dtype=np.int16).astype(np.float32)
+                    quietest = min(float(np.sqrt(np.mean(f ** 2))) for f in pcm.reshape(-1, 20 * MS // 2))
+                    sent.append((time.perf_counter(), len(request.audio), quietest))
+            yield  # never: the link's stream ends when it closes
+
+        return events()
+
+    async def nothing(*_args) -> None:
+        return None
+
+    return SttLink(open_stream, stt_pb2.RecognitionConfig(sample_rate=RATE), on_event=nothing,
+                   on_ended=nothing, on_down=nothing, max_frames=100, max_message_bytes=64_000, **kwargs)
+
+
+@pytest.mark.parametrize("line_rms", [0, 300])
+async def test_speech_waits_for_a_message_and_the_first_quiet_frame_after_it_does_not(line_rms):
+    """An utterance is open: loud frames go three to a message (60 ms), and the silence after the
+    words goes frame by frame at once, on a silent line and on a noisy one (its noise at RMS 300 is
+    over the 100 of the gate, but within 6 dB of the line's own floor)."""
+    sent: list[tuple[float, int, float]] = []
+    link = recorded_link(sent, hold_ms=lambda: 60, loud_rms=100, speech_hold=lambda: True)
+    line, speech = tone(line_rms), tone(3000)
+    frame_bytes = 20 * MS
+    for _ in range(3):  # the line before the words (the floor is learnt from it)
+        link.send(line, time.perf_counter())
+        await asyncio.sleep(0.02)
+    for _ in range(9):  # 180 ms of words: three messages of 60 ms
+        link.send(speech, time.perf_counter())
+        await asyncio.sleep(0.02)
+    link.send(line, time.perf_counter())  # the first frame of silence after them
+    await asyncio.sleep(0.2)
+    # Merged: each message of words alone holds at least 60 ms of them.
+    words_only = [size for _, size, quietest in sent if quietest > 2000]
+    assert 2 <= len(words_only) <= 3 and all(size >= 3 * frame_bytes for size in words_only)
+    # Nothing is left waiting: the quiet frame went at once, with whatever words were still held
+    # (no further frame came that could have filled a message).
+    assert sum(size for _, size, _ in sent) == 13 * frame_bytes and sent[-1][2] == min(m[2] for m in sent)
+    await link.close()
+
+
 def test_a_full_outbox_refuses_and_a_tail_is_kept_while_no_stream_takes_audio():
     box = AudioOutbox(max_frames=3, max_bytes=10_000)
     assert all(box.put_audio(bytes([n]), float(n)) for n in range(3))
