@@ -324,9 +324,10 @@ class Call:
         return self._stt
 
     def _stt_hold_ms(self) -> int:
-        """How much audio may wait for one STT message now. None while an utterance is open
-        (the endpoint, partials and barge-in confirmation ride on every frame) or a reply is
-        being made and none of it was sent (speech then holds the reply back). While the reply
+        """How much audio may wait for one STT message now. While an utterance is open, its
+        loud frames a little (the link sends a quiet one at once: the endpoint rides on the
+        silence); none while a reply is being made and none of it was sent (speech then holds
+        the reply back). While the reply
         plays, or nothing happens, only the next onset waits on it: a barge-in then pauses the
         playout that much later, which the caller does not hear (the client plays its lead
         either way, and the interrupt comes with the confirmation, counted in stream time)."""
