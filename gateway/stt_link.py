@@ -9,11 +9,16 @@ when that matters.
 Why hold audio while nothing happens: in the steady state the gateway writes each frame before
 the next one arrives, so there is nothing to merge. While no utterance is open and no reply is
 being made, nothing waits on STT but the onset of the next utterance, so the link holds some
-audio per message there (a few tens of ms later ``SpeechStarted`` costs nothing: the endpoint,
-partials and barge-in confirmation all happen with the utterance open, when every frame goes
-at once). The call says how much it may hold now (``hold_ms``). A loud frame ends the hold at
-once (``loud_rms``): the held audio goes with it, so what is merged is quiet audio, and the onset
-of speech (a barge-in's pause included) waits on nothing whenever it is louder than that.
+audio per message there (a few tens of ms later ``SpeechStarted`` costs nothing). The call
+says how much it may hold now (``hold_ms``). A loud frame ends the hold at once (``loud_rms``):
+the held audio goes with it, so what is merged is quiet audio, and the onset of speech (a
+barge-in's pause included) waits on nothing whenever it is louder than that.
+
+With an utterance open (``speech_hold``) it is the other way round: the words may wait a
+little (partials and a barge-in's confirmation can), and a quiet frame ends the hold, since
+the endpoint, the speculative decode at a pause and a false start's end ride on the silence
+after them. Quiet is measured from the line's own floor too, so a noisy line's silence is
+not held.
 
 Why back off: a stream the STT refuses (``RESOURCE_EXHAUSTED``, its stream cap) or cannot
 serve (down, restarting) used to be reopened by the very next frame, 50 times a second, with
