@@ -327,10 +327,10 @@ class Call:
         """How much audio may wait for one STT message now. While an utterance is open, its
         loud frames a little (the link sends a quiet one at once: the endpoint rides on the
         silence); none while a reply is being made and none of it was sent (speech then holds
-        the reply back). While the reply
-        plays, or nothing happens, only the next onset waits on it: a barge-in then pauses the
-        playout that much later, which the caller does not hear (the client plays its lead
-        either way, and the interrupt comes with the confirmation, counted in stream time)."""
+        the reply back). While the reply plays, or nothing happens, only the next onset waits
+        on it: a barge-in then pauses the playout that much later, which the caller does not
+        hear (the client plays its lead either way, and the interrupt comes with the
+        confirmation, counted in stream time)."""
         if self._utterance_open:
             # Only loud audio waits, and only when a quiet frame can end the wait.
             return self.settings.stt_speech_batch_ms if self.settings.stt_hold_until_rms else 0

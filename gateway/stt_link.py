@@ -195,7 +195,8 @@ class SttLink:
         # True while the hold is one of speech (an utterance is open): then loud frames wait and
         # a quiet one ends the hold, so the silence the endpoint waits for waits on nothing.
         self._speech_hold = speech_hold
-        # The last second's frame powers: "quiet" is measured from the line's own floor.
+        # The last 50 frames' powers (a second of 20 ms frames): "quiet" is measured from the
+        # line's own floor.
         self._powers: deque[float] = deque(maxlen=50)
         self._backoff = backoff or Backoff()
         # Returns once the STT channel is connected again after being down (see ``_pause``).
@@ -239,7 +240,7 @@ class SttLink:
         return power >= self._loud_square
 
     def _quiet(self, power: float) -> bool:
-        """Below the hold's loudness, or within 6 dB of the quietest frame of the last second
+        """Below the hold's loudness, or within 6 dB of the quietest of the last 50 frames
         (a noisy line's pause between words, and the silence after them, count as quiet)."""
         self._powers.append(power)
         return power < max(self._loud_square, 4 * min(self._powers))
