@@ -110,20 +110,16 @@ def tone(rms: float, ms: int = 20) -> bytes:
     return (np.sin(2 * np.pi * 220 * t) * rms * np.sqrt(2)).astype(np.int16).tobytes()
 
 
-@pytest.mark.parametrize(("loud_rms", "onset_waits"), [(100, False), (0, True)])
-async def test_held_quiet_audio_goes_with_the_first_loud_frame(loud_rms, onset_waits):
-    """While audio may wait for a message (nothing happens, or the reply plays), quiet frames are
-    merged; the first frame louder than ``loud_rms`` goes at once, with the held ones before it.
-    Without the gate (0) it waits like the rest: that is the latency the gate takes away."""
-    sent: list[tuple[float, int, float]] = []  # (time, bytes, loudest RMS of the message)
-
+def recorded_link(sent: list[tuple[float, int, float, float]], **kwargs) -> SttLink:
+    """A link whose stream records each audio message: (time, bytes, the RMS of its loudest
+    frame, and of its quietest)."""
     def open_stream(requests):
         async def events():
             async for request in requests:
                 if request.WhichOneof("request") == "audio":
                     pcm = np.frombuffer(request.audio, dtype=np.int16).astype(np.float32)
-                    loudest = max(float(np.sqrt(np.mean(f ** 2))) for f in pcm.reshape(-1, 20 * MS // 2))
-                    sent.append((time.perf_counter(), len(request.audio), loudest))
+                    rms = [float(np.sqrt(np.mean(f ** 2))) for f in pcm.reshape(-1, 20 * MS // 2)]
+                    sent.append((time.perf_counter(), len(request.audio), max(rms), min(rms)))
             yield  # never: the link's stream ends when it closes
 
         return events()
@@ -131,9 +127,17 @@ async def test_held_quiet_audio_goes_with_the_first_loud_frame(loud_rms, onset_w
     async def nothing(*_args) -> None:
         return None
 
-    link = SttLink(open_stream, stt_pb2.RecognitionConfig(sample_rate=RATE), on_event=nothing,
-                   on_ended=nothing, on_down=nothing, max_frames=100, max_message_bytes=64_000,
-                   hold_ms=lambda: 100, loud_rms=loud_rms)
+    return SttLink(open_stream, stt_pb2.RecognitionConfig(sample_rate=RATE), on_event=nothing,
+                   on_ended=nothing, on_down=nothing, max_frames=100, max_message_bytes=64_000, **kwargs)
+
+
+@pytest.mark.parametrize(("loud_rms", "onset_waits"), [(100, False), (0, True)])
+async def test_held_quiet_audio_goes_with_the_first_loud_frame(loud_rms, onset_waits):
+    """While audio may wait for a message (nothing happens, or the reply plays), quiet frames are
+    merged; the first frame louder than ``loud_rms`` goes at once, with the held ones before it.
+    Without the gate (0) it waits like the rest: that is the latency the gate takes away."""
+    sent: list[tuple[float, int, float, float]] = []
+    link = recorded_link(sent, hold_ms=lambda: 100, loud_rms=loud_rms)
     quiet, loud = tone(30), tone(1000)
     assert all(link.send(quiet, time.perf_counter()) for _ in range(5))  # 100 ms: one message
     await asyncio.sleep(0.05)
@@ -152,32 +156,12 @@ async def test_held_quiet_audio_goes_with_the_first_loud_frame(loud_rms, onset_w
     await link.close()
 
 
-def recorded_link(sent: list[tuple[float, int, float]], **kwargs) -> SttLink:
-    """A link whose stream records each audio message: (time, bytes, its quietest frame's RMS)."""
-    def open_stream(requests):
-        async def events():
-            async for request in requests:
-                if request.WhichOneof("request") == "audio":
-                    pcm = np.frombuffer(request.audio, dtype=np.int16).astype(np.float32)
-                    quietest = min(float(np.sqrt(np.mean(f ** 2))) for f in pcm.reshape(-1, 20 * MS // 2))
-                    sent.append((time.perf_counter(), len(request.audio), quietest))
-            yield  # never: the link's stream ends when it closes
-
-        return events()
-
-    async def nothing(*_args) -> None:
-        return None
-
-    return SttLink(open_stream, stt_pb2.RecognitionConfig(sample_rate=RATE), on_event=nothing,
-                   on_ended=nothing, on_down=nothing, max_frames=100, max_message_bytes=64_000, **kwargs)
-
-
 @pytest.mark.parametrize("line_rms", [0, 300])
 async def test_speech_waits_for_a_message_and_the_first_quiet_frame_after_it_does_not(line_rms):
     """An utterance is open: loud frames go three to a message (60 ms), and the silence after the
     words goes frame by frame at once, on a silent line and on a noisy one (its noise at RMS 300 is
     over the 100 of the gate, but within 6 dB of the line's own floor)."""
-    sent: list[tuple[float, int, float]] = []
+    sent: list[tuple[float, int, float, float]] = []
     link = recorded_link(sent, hold_ms=lambda: 60, loud_rms=100, speech_hold=lambda: True)
     line, speech = tone(line_rms), tone(3000)
     frame_bytes = 20 * MS
@@ -190,11 +174,11 @@ async def test_speech_waits_for_a_message_and_the_first_quiet_frame_after_it_doe
     link.send(line, time.perf_counter())  # the first frame of silence after them
     await asyncio.sleep(0.2)
     # Merged: each message of words alone holds at least 60 ms of them.
-    words_only = [size for _, size, quietest in sent if quietest > 2000]
+    words_only = [size for _, size, _, quietest in sent if quietest > 2000]
     assert 2 <= len(words_only) <= 3 and all(size >= 3 * frame_bytes for size in words_only)
     # Nothing is left waiting: the quiet frame went at once, with whatever words were still held
     # (no further frame came that could have filled a message).
-    assert sum(size for _, size, _ in sent) == 13 * frame_bytes and sent[-1][2] == min(m[2] for m in sent)
+    assert sum(m[1] for m in sent) == 13 * frame_bytes and sent[-1][3] == min(m[3] for m in sent)
     await link.close()
 
 
