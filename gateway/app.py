@@ -58,10 +58,12 @@ def create_app(settings: GatewaySettings) -> Starlette:
         state["fallback"] = FallbackVoice(state["upstreams"].tts, settings.output_sample_rate)
         state["fallback"].warm("en")  # in the background: TTS may come up after the gateway
         lag_task = asyncio.create_task(lag.run())
-        cpu_task = asyncio.create_task(cpu.run(lambda: capacity.active))
+        # Sampled only when there is a limit to check it against.
+        cpu_task = asyncio.create_task(cpu.run(lambda: capacity.active)) if settings.max_cpu_cores else None
         yield
         lag_task.cancel()
-        cpu_task.cancel()
+        if cpu_task is not None:
+            cpu_task.cancel()
         await state["fallback"].close()
         await state["upstreams"].close()
         await state["redis"].aclose()
