@@ -78,6 +78,9 @@ VARIANTS = {
     "python-gc": {"VOICEBOT_GC": "python"},
     # Every frame of an open utterance to STT at once (the default until 2026-12-03, fourth session).
     "no-speech-batch": {"GATEWAY_STT_SPEECH_BATCH_MS": "0"},
+    # Quiet audio held up to 300 ms, speech up to 60 ms (the defaults until 2026-12-03, fifth session).
+    "hold-300": {"GATEWAY_STT_IDLE_BATCH_MS": "300", "GATEWAY_STT_PLAYBACK_BATCH_MS": "300",
+                 "GATEWAY_STT_SPEECH_BATCH_MS": "60"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},
 }

@@ -59,10 +59,14 @@ class GatewaySettings(BaseSettings):
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per
     # message (only quiet audio waits: a louder frame ends the hold, stt_hold_until_rms below);
     # otherwise every frame goes at once. 0 = never hold.
-    # 300, not 100: since no onset waits on the hold, its length costs no latency; make bench-gateway
-    # (variant batch-100) at 200 sessions: 0.36 -> 0.26 STT messages per frame, the fake STT's
-    # CPU 0.36 -> 0.31 cores, turn p50 45 -> 29 ms; make bench-bargein unchanged (2026-12-02).
-    stt_idle_batch_ms: int = 300
+    # Since no onset waits on the hold (only audio quieter than -50 dBFS is held), its length costs
+    # no latency. 300, not 100: make bench-gateway (variant batch-100) at 200 sessions: 0.36 ->
+    # 0.26 STT messages per frame, turn p50 45 -> 29 ms (2026-12-02). 1000, not 300 (with
+    # stt_playback_batch_ms and stt_speech_batch_ms below; variant hold-300, --pin, 200 sessions,
+    # 2026-12-03): 0.135 -> 0.052 messages per frame, gateway 0.82 -> 0.63 cores, turn p99 153
+    # -> 33 ms; make bench-bargein (16 trials) unchanged: confirmed 538.5 / 538.4 ms, client's
+    # interrupt 620.1 / 620.7, spoken turn's endpoint 322 / 322.
+    stt_idle_batch_ms: int = 1000
     # The same while the bot's reply plays (its first audio was sent; no utterance open): a
     # barge-in's pause waits on it only when the caller's first speech frame is quieter than
     # stt_hold_until_rms (its confirmation and interrupt never do). make bench-bargein, client's
@@ -70,7 +74,8 @@ class GatewaySettings(BaseSettings):
     # 100 without it 89/99 (2026-12-01, 8 trials each; the p50 flips between 0 and ~75 with the
     # client's playback lead). 0.77 -> 0.49 STT messages per frame in make bench-gateway. At 300
     # (2026-12-02, 8 trials each): 0/0 against 0/69 at 100, interrupt 601/622 against 601/621.
-    stt_playback_batch_ms: int = 300
+    # At 1000 (2026-12-03, 16 trials each): 0/82 against 0/82 at 300.
+    stt_playback_batch_ms: int = 1000
     # While audio is held (the two settings above), a frame at least this loud (RMS of PCM16;
     # 100 is about -50 dBFS, far below speech, above digital silence and a quiet line) ends the
     # hold at once and takes the held audio with it: only quiet audio is merged, and an onset
@@ -80,8 +85,10 @@ class GatewaySettings(BaseSettings):
     # quiet frame (below stt_hold_until_rms, or within 6 dB of the line's quietest in the last
     # second) sends what waits at once, so the endpoint's silence, a pause for the speculative
     # decode and a false start's end wait on nothing; partials and a barge-in's confirmation
-    # may come up to this much later. 0 (or stt_hold_until_rms 0): every frame at once.
-    stt_speech_batch_ms: int = 60
+    # may come up to this much later (a barge-in's confirmation is counted in stream time: make
+    # bench-bargein measured the same 538 ms at 0, 60 and 120). 0 (or stt_hold_until_rms 0):
+    # every frame at once. 120, not 60, with the idle hold's 1000: see stt_idle_batch_ms.
+    stt_speech_batch_ms: int = 120
     # permessage-deflate on the WebSocket: off, PCM does not compress and it costs CPU both ways.
     ws_per_message_deflate: bool = False
     # Concurrent sessions this process takes; more are refused (error `overloaded`, close 1013). 0 = no cap.
