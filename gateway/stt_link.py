@@ -254,10 +254,17 @@ class SttLink:
             self.outbox.put_context(context)
 
     def arrival_of(self, stream_ms: int) -> float:
-        for end_ms, arrived in self._arrivals:
-            if end_ms >= stream_ms:
-                return arrived
-        return time.perf_counter()
+        """When the frame holding ``stream_ms`` of this stream reached the gateway (now, if none has).
+
+        Searched from the newest frame: the end of an utterance is a few hundred ms back, and
+        from the oldest it was a walk over up to a minute of frames per turn (2.6 % of a
+        pinned gateway's samples at 200 sessions)."""
+        found = None
+        for end_ms, arrived in reversed(self._arrivals):
+            if end_ms < stream_ms:
+                break
+            found = arrived
+        return found if found is not None else time.perf_counter()
 
     async def close(self, grace_s: float = 0.5) -> None:
         self._closed = True

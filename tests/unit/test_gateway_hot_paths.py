@@ -338,3 +338,23 @@ def test_without_a_cpu_limit_only_the_session_cap_counts():
     capacity = Capacity(max_sessions=2, cpu=use)
     assert capacity.open() and capacity.open() and not capacity.open()
     assert capacity.checks()["cpu"]
+
+
+def test_the_arrival_of_a_stream_time_is_that_of_the_frame_holding_it():
+    """The endpoint's speech end is dated by the frame that carried it: the oldest frame whose
+    end is at or after that stream time. Before any frame, or past the last, it is now."""
+    async def scenario():
+        link = recorded_link([])
+        before = time.perf_counter()
+        assert link.arrival_of(0) >= before  # nothing received yet
+        frame = bytes(20 * MS)  # 20 ms of PCM16
+        for n in range(200):  # 4 s of audio, frame n received at 100 + n
+            link._stamp(len(frame), 100.0 + n)
+        assert link.arrival_of(0) == 100.0
+        assert link.arrival_of(20) == 100.0  # the first frame's end
+        assert link.arrival_of(21) == 101.0
+        assert link.arrival_of(3_990) == 299.0  # within the last frame
+        assert link.arrival_of(4_000) == 299.0
+        assert link.arrival_of(4_001) >= before  # not received yet: now
+
+    asyncio.run(scenario())
