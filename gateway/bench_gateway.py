@@ -120,6 +120,10 @@ class Session:
     speech_end_at: float = 0.0  # when the first quiet frame after the speech was sent
     turns: list[float] = field(default_factory=list)
     brain_ms: list[float] = field(default_factory=list)
+    # Each turn's time less the brain's share of it (the gateway's llm_ttft for the same turn):
+    # what the gateway, the fakes and the sockets add, without the brain's queue on its core.
+    without_brain: list[float] = field(default_factory=list)
+    reported: float | None = None  # the last turn's time, until its turn.metrics comes
     stages: list[dict] = field(default_factory=list)  # turn.metrics, the gateway's own view
     missed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -150,7 +154,8 @@ class Session:
                 self.received += 1
                 if isinstance(message, bytes):
                     if self.state == "waiting":
-                        self.turns.append((time.perf_counter() - self.speech_end_at) * 1000)
+                        self.reported = (time.perf_counter() - self.speech_end_at) * 1000
+                        self.turns.append(self.reported)
                         self.state = "idle"
                     continue
                 event = json.loads(message)
@@ -162,6 +167,9 @@ class Session:
                     self.stages.append(event["ms"])
                     if event["ms"].get("llm_ttft") is not None:
                         self.brain_ms.append(event["ms"]["llm_ttft"])
+                        if self.reported is not None:
+                            self.without_brain.append(self.reported - event["ms"]["llm_ttft"])
+                    self.reported = None
         except websockets.ConnectionClosed as closed:
             self.closed = closed.rcvd.code if closed.rcvd else 1006
 
@@ -271,6 +279,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     await asyncio.gather(*receivers, return_exceptions=True)
     turns = [t for s in sessions for t in s.turns]
     brain_ms = [b for s in sessions for b in s.brain_ms]
+    without_brain = [t for s in sessions for t in s.without_brain]
     errors: dict[str, int] = {}
     for s in sessions:
         for code, n in s.errors.items():
@@ -282,6 +291,8 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         "turns": len(turns), "turn_p50_ms": percentile(turns, 0.5),
         "turn_p95_ms": percentile(turns, 0.95), "turn_p99_ms": percentile(turns, 0.99),
         "brain_p50_ms": percentile(brain_ms, 0.5), "brain_p99_ms": percentile(brain_ms, 0.99),
+        "without_brain_p50_ms": percentile(without_brain, 0.5),
+        "without_brain_p99_ms": percentile(without_brain, 0.99),
         "missed_turns": sum(s.missed for s in sessions), "errors": errors,
         "closed": sum(s.closed is not None for s in sessions),
         "gateway_cores": cpu / seconds, "gateway_us_per_frame": cpu / max(1, frames) * 1e6,
@@ -411,18 +422,20 @@ def table(results: dict) -> str:
             f"  messages: {fmt(lat['stt_messages_per_frame'], '.2f')} STT messages per audio frame, "
             f"{fmt(lat['ws_messages_per_turn'], '.1f')} WebSocket messages to the client per turn "
             f"({fmt(lat['reply_deltas_per_turn'], '.1f')} reply.delta)",
-            "  sessions  admitted  refused  turns  p50 ms  p99 ms  brain p50/p99  missed  errors      "
-            "gw cores  us/frame  gw MiB  brain  fakes  client",
-            "  --------  --------  -------  -----  ------  ------  -------------  ------  ----------  "
-            "--------  --------  ------  -----  -----  ------"]
+            "  sessions  admitted  refused  turns  p50 ms  p99 ms  brain p50/p99  w/o brain  "
+            "missed  errors      gw cores  us/frame  gw MiB  brain  fakes  client",
+            "  --------  --------  -------  -----  ------  ------  -------------  ---------  "
+            "------  ----------  --------  --------  ------  -----  -----  ------"]
         for load in r["load"]:
             errors = ",".join(f"{k}:{v}" for k, v in sorted(load["errors"].items())) or "0"
             other = load["other_cores"]
+            without = "/".join(fmt(load.get(f"without_brain_p{q}_ms"), ".0f") for q in (50, 99))
             fakes = other.get("fake_speech", 0) + other.get("fake_llm", 0)
             rows.append(
                 f"  {load['sessions']:>8}  {load['admitted']:>8}  {load['refused']:>7}  {load['turns']:>5}  "
                 f"{fmt(load['turn_p50_ms']):>6}  {fmt(load['turn_p99_ms']):>6}  "
                 f"{fmt(load['brain_p50_ms'], '.0f') + '/' + fmt(load.get('brain_p99_ms'), '.0f'):>13}  "
+                f"{without:>9}  "
                 f"{load['missed_turns']:>6}  {errors:<10}  "
                 f"{fmt(load['gateway_cores'], '.2f'):>8}  {fmt(load['gateway_us_per_frame'], '.0f'):>8}  "
                 f"{fmt(load.get('gateway_rss_mib'), '.0f'):>6}  "
@@ -430,7 +443,8 @@ def table(results: dict) -> str:
         rows.append("")
     rows.append("cores: CPU seconds per second of each process over the measured window; us/frame: the "
                 "gateway's CPU per 20 ms audio frame received; gw MiB: its resident memory at the end; "
-                "brain p50/p99: the gateway's request to the brain's first text (turn.metrics llm_ttft), ms")
+                "brain p50/p99: the gateway's request to the brain's first text (turn.metrics llm_ttft), ms; "
+                "w/o brain p50/p99: each turn less that share of it, ms")
     return "\n".join(rows)
 
 
