@@ -8,11 +8,11 @@ when that matters.
 
 Why hold audio while nothing happens: in the steady state the gateway writes each frame before
 the next one arrives, so there is nothing to merge. While no utterance is open and no reply is
-being made, nothing waits on STT but the onset of the next utterance, so the link holds some
-audio per message there (a few tens of ms later ``SpeechStarted`` costs nothing). The call
-says how much it may hold now (``hold_ms``). A loud frame ends the hold at once (``loud_rms``):
-the held audio goes with it, so what is merged is quiet audio, and the onset of speech (a
-barge-in's pause included) waits on nothing whenever it is louder than that.
+being made, nothing waits on STT but the onset of the next utterance, so the link holds up to
+a second of audio per message there. The call says how much it may hold now (``hold_ms``).
+A loud frame ends the hold at once (``loud_rms``): the held audio goes with it, so what is
+merged is quiet audio, and the onset of speech (a barge-in's pause included) waits on nothing
+whenever it is louder than that.
 
 With an utterance open (``speech_hold``) it is the other way round: the words may wait a
 little (partials and a barge-in's confirmation can), and a quiet frame ends the hold, since
