@@ -63,9 +63,10 @@ class GatewaySettings(BaseSettings):
     # no latency. 300, not 100: make bench-gateway (variant batch-100) at 200 sessions: 0.36 ->
     # 0.26 STT messages per frame, turn p50 45 -> 29 ms (2026-12-02). 1000, not 300 (with
     # stt_playback_batch_ms and stt_speech_batch_ms below; variant hold-300, --pin, 200 sessions,
-    # 2026-12-03): 0.135 -> 0.052 messages per frame, gateway 0.82 -> 0.63 cores, turn p99 153
-    # -> 33 ms; make bench-bargein (16 trials) unchanged: confirmed 538.5 / 538.4 ms, client's
-    # interrupt 620.1 / 620.7, spoken turn's endpoint 322 / 322.
+    # two runs, 2026-12-03): 0.15-0.24 -> 0.06 STT messages per frame, gateway 0.87-0.91 ->
+    # 0.78-0.81 cores, turn p99 579-2738 -> 94-123 ms (the old holds filled the core); make
+    # bench-bargein (16 trials) unchanged: confirmed 538.5 / 538.4 ms, client's interrupt 620.1 /
+    # 620.7, spoken turn's endpoint 322 / 322.
     stt_idle_batch_ms: int = 1000
     # The same while the bot's reply plays (its first audio was sent; no utterance open): a
     # barge-in's pause waits on it only when the caller's first speech frame is quieter than
