@@ -164,6 +164,11 @@ class AudioOutbox:
         return out
 
 
+# Below this (RMS 10 of PCM16, about -70 dBFS) a frame is never an onset, however quiet the line:
+# dither and a digital line's near-silence.
+SOFT_ONSET_SQUARE = 10.0 ** 2
+
+
 def mean_square(pcm16: bytes) -> float:
     """The frame's power (the square of its RMS), PCM16 samples."""
     samples = np.frombuffer(pcm16, dtype=np.int16, count=len(pcm16) // 2).astype(np.float32)
@@ -236,8 +241,12 @@ class SttLink:
         return True
 
     def _loud(self, power: float) -> bool:
+        """At least the hold's loudness, or 12 dB above the quietest of the last 50 frames and
+        above near-silence (RMS 10): a soft voice on a quiet line is an onset too, and its
+        ``SpeechStarted`` must not wait up to a second of hold."""
+        floor = min(self._powers, default=power)
         self._powers.append(power)
-        return power >= self._loud_square
+        return power >= self._loud_square or power >= max(SOFT_ONSET_SQUARE, 16 * floor)
 
     def _quiet(self, power: float) -> bool:
         """Below the hold's loudness, or within 6 dB of the quietest of the last 50 frames

@@ -358,3 +358,26 @@ def test_the_arrival_of_a_stream_time_is_that_of_the_frame_holding_it():
         assert link.arrival_of(4_001) >= before  # not received yet: now
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("line_rms", "voice_rms", "at_once"), [
+    (2, 60, True),    # a soft voice (under the gate's RMS 100) on a quiet line: 30 dB above it
+    (30, 60, False),  # the same voice on a line with noise at RMS 30: only 6 dB above, held
+    (0, 5, False),    # near-silence on a digital line is never an onset
+])
+async def test_a_soft_voice_well_above_a_quiet_line_ends_the_hold_too(line_rms, voice_rms, at_once):
+    """Quiet audio waits up to a second for a message; an onset must not. A frame 12 dB above
+    the quietest of the line's last second ends the hold like a loud one, so a soft-spoken caller
+    on a quiet line is heard at once; on a noisier line the same level is the line's noise."""
+    sent: list[tuple[float, int, float, float]] = []
+    link = recorded_link(sent, hold_ms=lambda: 1000, loud_rms=100)
+    for _ in range(10):  # 200 ms of the line: held (under the 1000 ms the hold asks for)
+        link.send(tone(line_rms), time.perf_counter())
+        await asyncio.sleep(0.005)
+    link.send(tone(voice_rms), time.perf_counter())
+    await asyncio.sleep(0.3)
+    if at_once:
+        assert len(sent) == 1 and sent[0][1] == 11 * 20 * MS  # the voice, with the line held before it
+    else:
+        assert sent == []  # still held: nothing in it is an onset
+    await link.close()
