@@ -80,7 +80,9 @@ class GatewaySettings(BaseSettings):
     # While audio is held (the two settings above), a frame at least this loud (RMS of PCM16;
     # 100 is about -50 dBFS, far below speech, above digital silence and a quiet line) ends the
     # hold at once and takes the held audio with it: only quiet audio is merged, and an onset
-    # louder than this waits on nothing. 0: a hold ends only when enough audio is waiting.
+    # louder than this waits on nothing. So does a frame 12 dB above the line's quietest in the
+    # last second (and above RMS 10): a soft voice on a quiet line. 0: a hold ends only when
+    # enough audio is waiting.
     stt_hold_until_rms: int = 100
     # While an utterance is open, loud frames may wait up to this long for one STT message; a
     # quiet frame (below stt_hold_until_rms, or within 6 dB of the line's quietest in the last
