@@ -437,13 +437,13 @@ def table(results: dict) -> str:
         for load in r["load"]:
             errors = ",".join(f"{k}:{v}" for k, v in sorted(load["errors"].items())) or "0"
             other = load["other_cores"]
-            without = "/".join(fmt(load.get(f"without_brain_p{q}_ms"), ".0f") for q in (50, 99))
+            brain, without = ("/".join(fmt(load.get(f"{key}_p{q}_ms"), ".0f") for q in (50, 99))
+                              for key in ("brain", "without_brain"))
             fakes = other.get("fake_speech", 0) + other.get("fake_llm", 0)
             rows.append(
                 f"  {load['sessions']:>8}  {load['admitted']:>8}  {load['refused']:>7}  {load['turns']:>5}  "
                 f"{fmt(load['turn_p50_ms']):>6}  {fmt(load['turn_p99_ms']):>6}  "
-                f"{fmt(load['brain_p50_ms'], '.0f') + '/' + fmt(load.get('brain_p99_ms'), '.0f'):>13}  "
-                f"{without:>9}  "
+                f"{brain:>13}  {without:>9}  "
                 f"{load['missed_turns']:>6}  {errors:<10}  "
                 f"{fmt(load['gateway_cores'], '.2f'):>8}  {fmt(load['gateway_us_per_frame'], '.0f'):>8}  "
                 f"{fmt(load.get('gateway_rss_mib'), '.0f'):>6}  "

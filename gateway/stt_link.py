@@ -240,19 +240,25 @@ class SttLink:
             self.outbox.flush()
         return True
 
-    def _loud(self, power: float) -> bool:
-        """At least the hold's loudness, or 12 dB above the quietest of the last 50 frames and
-        above near-silence (RMS 10): a soft voice on a quiet line is an onset too, and its
-        ``SpeechStarted`` must not wait up to a second of hold."""
+    def _floor_before(self, power: float) -> float:
+        """The line's floor: the quietest of the last 50 frames before this one (this one's power
+        when there are none). This one is recorded for the next."""
         floor = min(self._powers, default=power)
         self._powers.append(power)
+        return floor
+
+    def _loud(self, power: float) -> bool:
+        """At least the hold's loudness, or 12 dB above the line's floor and above near-silence
+        (RMS 10): a soft voice on a quiet line is an onset too, and its ``SpeechStarted`` must
+        not wait up to a second of hold."""
+        floor = self._floor_before(power)
         return power >= self._loud_square or power >= max(SOFT_ONSET_SQUARE, 16 * floor)
 
     def _quiet(self, power: float) -> bool:
-        """Below the hold's loudness, or within 6 dB of the quietest of the last 50 frames
+        """Below the hold's loudness, or within 6 dB of the line's floor, this frame included
         (a noisy line's pause between words, and the silence after them, count as quiet)."""
-        self._powers.append(power)
-        return power < max(self._loud_square, 4 * min(self._powers))
+        floor = min(self._floor_before(power), power)
+        return power < max(self._loud_square, 4 * floor)
 
     def wake(self) -> None:
         """The call's state changed (an utterance, a reply): held audio goes now."""
