@@ -39,8 +39,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
-import numpy as np
 
+from gateway.line_level import SOFT_ONSET_SQUARE, LineFloor, mean_square
 from gateway.metrics import STT_FAILURES, STT_FRAMES, STT_MESSAGES, STT_STREAMS
 from voicebot.v1 import stt_pb2
 
@@ -164,17 +164,6 @@ class AudioOutbox:
         return out
 
 
-# Below this (RMS 10 of PCM16, about -70 dBFS) a frame is never an onset, however quiet the line:
-# dither and a digital line's near-silence.
-SOFT_ONSET_SQUARE = 10.0 ** 2
-
-
-def mean_square(pcm16: bytes) -> float:
-    """The frame's power (the square of its RMS), PCM16 samples."""
-    samples = np.frombuffer(pcm16, dtype=np.int16, count=len(pcm16) // 2).astype(np.float32)
-    return float(samples @ samples) / max(1, len(samples))
-
-
 class SttLink:
     """Owns the call's STT stream. ``on_event`` gets every RecognizeEvent; ``on_ended`` runs
     whenever a stream ends (no recogniser: a pending barge-in must not wait); ``on_down`` runs
@@ -200,9 +189,9 @@ class SttLink:
         # True while the hold is one of speech (an utterance is open): then loud frames wait and
         # a quiet one ends the hold, so the silence the endpoint waits for waits on nothing.
         self._speech_hold = speech_hold
-        # The last 50 frames' powers (a second of 20 ms frames): "quiet" is measured from the
-        # line's own floor.
-        self._powers: deque[float] = deque(maxlen=50)
+        # The quietest of the last 50 frames (a second of 20 ms frames): "quiet" is measured from
+        # the line's own floor.
+        self._floor = LineFloor(50)
         self._backoff = backoff or Backoff()
         # Returns once the STT channel is connected again after being down (see ``_pause``).
         self._reconnected = reconnected
@@ -240,24 +229,17 @@ class SttLink:
             self.outbox.flush()
         return True
 
-    def _floor_before(self, power: float) -> float:
-        """The line's floor: the quietest of the last 50 frames before this one (this one's power
-        when there are none). This one is recorded for the next."""
-        floor = min(self._powers, default=power)
-        self._powers.append(power)
-        return floor
-
     def _loud(self, power: float) -> bool:
         """At least the hold's loudness, or 12 dB above the line's floor and above near-silence
         (RMS 10): a soft voice on a quiet line is an onset too, and its ``SpeechStarted`` must
         not wait up to a second of hold."""
-        floor = self._floor_before(power)
+        floor = self._floor.before(power)
         return power >= self._loud_square or power >= max(SOFT_ONSET_SQUARE, 16 * floor)
 
     def _quiet(self, power: float) -> bool:
         """Below the hold's loudness, or within 6 dB of the line's floor, this frame included
         (a noisy line's pause between words, and the silence after them, count as quiet)."""
-        floor = min(self._floor_before(power), power)
+        floor = min(self._floor.before(power), power)
         return power < max(self._loud_square, 4 * floor)
 
     def wake(self) -> None:
