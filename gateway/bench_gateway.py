@@ -37,6 +37,7 @@ import numpy as np
 import websockets
 from websockets.frames import Frame, Opcode
 
+from gateway import bench_hops
 from voicebot.common import gc_tuning
 from voicebot.common.stats import percentile
 from voicebot.devstack import ROOT, Proc, Stack, free_port
@@ -420,6 +421,13 @@ def fmt(value, spec: str = ".1f") -> str:
 def table(results: dict) -> str:
     pinned = "the gateway alone on one core, everything else on the others (--pin)"
     rows = [pinned] if results.get("pinned") else []
+    hops = results["machine"].get("hops")
+    if hops:
+        rows.append(
+            f"this machine's hops between two idle processes (p50): socket round trip "
+            f"{hops['socket_round_trip_ms']:.2f} ms, gRPC message on an open stream "
+            f"{hops['grpc_stream_message_ms']:.2f}, gRPC call {hops['grpc_call_ms']:.2f}; a turn's "
+            f"transport floor {hops['turn_floor_ms']:.1f} ms (gateway/bench_hops.py)")
     for name, r in results["variants"].items():
         lat = r["latency"]
         rows += [
@@ -463,6 +471,8 @@ async def main_async(args) -> dict:
                      "guard": args.guard, "pinned": args.pin, "variants": {}}
     try:
         cores = sorted(os.sched_getaffinity(0))  # before --pin narrows this process's own
+        print("measuring this machine's hops between processes ...", file=sys.stderr, flush=True)
+        results["machine"]["hops"] = await bench_hops.measure()  # before the stack loads the cores
         upstream, redis_url, pids = start_backends(stack, args.guard)
         # The client's own collections would show as the gateway's latency.
         gc_tuning.settle(gc_tuning.configured())

@@ -1,0 +1,124 @@
+"""What one hop between two processes costs on this machine (``make bench-gateway`` prints it).
+
+A turn with instant engines is mostly hops: the client's frame to the gateway, a message on the
+open STT stream and its endpoint back, the brain's call (and within it Redis and the LLM's HTTP
+stream), the TTS call, the audio to the client. On a shared two-core virtual machine a bare
+gRPC call between two idle processes takes over a millisecond, so the figures say how much of
+a turn is the machine's floor rather than the gateway's work, and make runs on different
+machines comparable. An echo server in a child process (``python -m gateway.bench_hops``), the
+client in the bench's process; every probe waits ``GAP_S`` first, as a turn's hops come after
+the processes have idled between frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import grpc
+
+from voicebot.common import event_loop
+from voicebot.common.stats import percentile
+
+GAP_S = 0.02  # a frame's time: between frames the processes sleep
+SERVICE = "bench.Echo"
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+async def _serve() -> None:
+    async def unary_stream(request: bytes, context):
+        yield request
+
+    async def stream_stream(requests, context):
+        async for request in requests:
+            yield request
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
+        "UnaryStream": grpc.unary_stream_rpc_method_handler(unary_stream, _same, _same),
+        "StreamStream": grpc.stream_stream_rpc_method_handler(stream_stream, _same, _same),
+    }),))
+    grpc_port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(4096):
+            writer.write(data)
+        writer.close()
+
+    sockets = await asyncio.start_server(echo, "127.0.0.1", 0)
+    socket_port = sockets.sockets[0].getsockname()[1]
+    print(json.dumps({"grpc": grpc_port, "socket": socket_port}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent goes
+
+
+async def _timed(probe, count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        await asyncio.sleep(GAP_S)
+        started = time.perf_counter()
+        await probe()
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+async def measure(count: int = 100) -> dict[str, float]:
+    """p50 ms of each kind of hop, a round trip each, against a fresh echo process."""
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.bench_hops", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE)
+    try:
+        ports = json.loads(await server.stdout.readline())
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["socket"])
+
+        async def socket_round_trip() -> None:
+            writer.write(b"ping")
+            await reader.readexactly(4)
+
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{ports['grpc']}")
+        unary_stream = channel.unary_stream(f"/{SERVICE}/UnaryStream", _same, _same)
+        stream_stream = channel.stream_stream(f"/{SERVICE}/StreamStream", _same, _same)
+
+        async def call() -> None:
+            async for _ in unary_stream(b"text"):
+                pass
+
+        outbox: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def requests():
+            while True:
+                yield await outbox.get()
+
+        stream = stream_stream(requests())
+
+        async def stream_message() -> None:
+            await outbox.put(b"audio")
+            await stream.read()
+
+        for probe in (socket_round_trip, call, stream_message):  # warm each path first
+            await _timed(probe, 5)
+        result = {name: percentile(await _timed(probe, count), 0.5) for name, probe in (
+            ("socket_round_trip_ms", socket_round_trip), ("grpc_call_ms", call),
+            ("grpc_stream_message_ms", stream_message))}
+        stream.cancel()
+        await channel.close()
+        writer.close()
+    finally:
+        server.kill()
+        await server.wait()
+    # A turn with instant engines crosses, one after the other: the client's frame in and the
+    # audio out (one round trip, in two halves), a message on the open STT stream and its
+    # endpoint back, the brain's call, inside it Redis's read and the LLM's first chunk (two
+    # round trips), and the text on the TTS stream (opened beside the brain's call) and its audio.
+    result["turn_floor_ms"] = (2 * result["grpc_stream_message_ms"] + result["grpc_call_ms"]
+                               + 3 * result["socket_round_trip_ms"])
+    return result
+
+
+if __name__ == "__main__":
+    event_loop.run(_serve(), "auto", "")  # uvloop, as the services run

@@ -1,0 +1,18 @@
+"""bench-gateway's hop probe: each kind of hop to a real echo process is timed, and a turn's
+transport floor is the sum of the hops a turn crosses one after the other."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import bench_hops
+
+
+async def test_every_kind_of_hop_is_timed_against_a_real_echo_process_and_summed_into_the_floor():
+    hops = await bench_hops.measure(count=3)
+
+    for kind in ("socket_round_trip_ms", "grpc_call_ms", "grpc_stream_message_ms"):
+        # A round trip to another process takes some time, and never a second on an idle machine.
+        assert 0 < hops[kind] < 1000, (kind, hops)
+    assert hops["turn_floor_ms"] == pytest.approx(
+        2 * hops["grpc_stream_message_ms"] + hops["grpc_call_ms"] + 3 * hops["socket_round_trip_ms"])
