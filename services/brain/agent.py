@@ -200,7 +200,9 @@ class Agent:
             committed = asyncio.Event()
             committed.set()
         try:
-            history = await asyncio.wait_for(self._load(request), self.settings.history_load_timeout_s)
+            # A timeout scope, not ``wait_for``: no task of its own on every turn's path.
+            async with asyncio.timeout(self.settings.history_load_timeout_s):
+                history = await self._load(request)
         except (TimeoutError, RedisError) as exc:
             # Without the session's state nothing may be decided (a pending action, a yes): the
             # caller hears the fallback now rather than silence while Redis retries.
@@ -303,8 +305,11 @@ class Agent:
         return ongoing and is_dialogue_act(turn.request.text)
 
     async def _load(self, request: brain_pb2.RespondRequest) -> SessionHistory:
+        """The session's history, with what the caller heard of the last reply recorded first.
+        A reply heard whole changes nothing: that is a plain read, not a read-modify-write that
+        serialises the whole history to find nothing changed (on every turn's path)."""
         previous = request.previous_reply
-        if previous.turn_id:
+        if previous.turn_id and previous.interrupted:
             def record_heard(history: SessionHistory) -> None:
                 found = history.mark_spoken(previous.turn_id, previous.text, previous.interrupted)
                 if not found and previous.interrupted and previous.user_text:

@@ -111,7 +111,8 @@ class TopicGuard:
     async def _check(self, text: str, started: float) -> GuardVerdict:
         messages = self.messages(text)
         try:
-            answer, alternatives = await asyncio.wait_for(self._ask(messages), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # no task of its own, as wait_for makes
+                answer, alternatives = await self._ask(messages)
         except (LLMUnavailable, LLMRequestError, TimeoutError) as exc:
             log.warning("guard unavailable; letting the turn through", extra={"error": repr(exc)})
             return self._verdict(True, "guard unavailable", started)
