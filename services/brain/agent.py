@@ -311,8 +311,8 @@ class Agent:
         previous = request.previous_reply
         if previous.turn_id and previous.interrupted:
             def record_heard(history: SessionHistory) -> None:
-                found = history.mark_spoken(previous.turn_id, previous.text, previous.interrupted)
-                if not found and previous.interrupted and previous.user_text:
+                found = history.mark_spoken(previous.turn_id, previous.text, interrupted=True)
+                if not found and previous.user_text:
                     # Cut off before it completed, so never stored: keep the question and
                     # what was heard of the answer, marked interrupted.
                     history.turns.append(Turn(previous.turn_id, previous.user_text, previous.text,

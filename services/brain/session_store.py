@@ -7,9 +7,10 @@ script: SET only if the stored version is still that one), so two replicas
 serving turns of one session concurrently cannot lose each other's updates.
 
 An update is two round trips (GET, then the script), not the four of
-WATCH/GET/MULTI-SET-EXEC; one that changes nothing (the common "the caller heard
-all of the last reply") is the GET alone: it writes nothing, and what it returns
-is what Redis held at that read.
+WATCH/GET/MULTI-SET-EXEC; one that changes nothing is the GET alone: it writes
+nothing, and what it returns is what Redis held at that read. (For the common "the
+caller heard all of the last reply" the brain does not update at all: its load is
+a plain read.)
 """
 
 from __future__ import annotations
