@@ -8,7 +8,10 @@ variant (a set of GATEWAY_* settings), the real gateway, and plays people over W
 - latency: one session streams real-time 20 ms frames and takes turns (600 ms of "speech",
   then silence). End of speech (the first quiet frame sent) -> first reply audio received,
   p50/p95. With instant engines that is the gateway's and the brain's own time; the brain's
-  share (``llm_ttft`` from ``turn.metrics``) is shown next to it.
+  share (``llm_ttft`` from ``turn.metrics``) is shown next to it. Every variant's gateway runs
+  at once and the variants take turns at this in ``--rounds`` rounds, so a drift of the
+  machine's speed within the run falls on all of them; each variant's p50 is also given against
+  the first variant's, with a bootstrap interval.
 - load: N sessions at once, each streaming real-time frames with a turn every 2-4 s: turn
   p50/p99, gateway CPU (cores, from /proc over the measured window), CPU per audio frame,
   errors by code, turns with no audio within 5 s, and sessions refused beyond capacity.
@@ -39,7 +42,7 @@ from websockets.frames import Frame, Opcode
 
 from gateway import bench_hops
 from voicebot.common import gc_tuning
-from voicebot.common.stats import percentile
+from voicebot.common.stats import p50_ratio_interval, percentile
 from voicebot.devstack import ROOT, Proc, Stack, free_port
 
 RATE = 16000
@@ -237,10 +240,11 @@ async def send_frame(ws, pcm: bytes) -> None:
 
 
 async def run_sessions(url: str, count: int, seconds: float, period: tuple[float, float],
-                       gateway_pid: int, others: dict[str, int], warmup_s: float = 2.0) -> dict:
+                       gateway_pid: int, others: dict[str, int], warmup_s: float = 2.0,
+                       samples: bool = False) -> dict:
     """``count`` callers arriving in batches, streaming real-time audio; measured for ``seconds``
     after ``warmup_s``: turns, errors, and the CPU of every process (the gateway's, and the
-    others' for context) in that window."""
+    others' for context) in that window. ``samples``: each turn's figures too (``*_samples_ms``)."""
     sessions: list[Session] = []
     refused: list = []
     receivers: list[asyncio.Task] = []
@@ -293,7 +297,10 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     for s in sessions:
         for code, n in s.errors.items():
             errors[code] = errors.get(code, 0) + n
+    kept = {f"{name}_samples_ms": [round(v, 3) for v in values] for name, values in
+            (("turn", turns), ("brain", brain_ms), ("without_brain", without_brain))} if samples else {}
     return {
+        **kept,
         "sessions": count, "admitted": len(sessions),
         "refused": len([r for r in refused if isinstance(r, tuple)]),
         "connect_failures": len([r for r in refused if isinstance(r, BaseException)]),
@@ -404,14 +411,51 @@ async def until_idle(http_url: str, timeout: float = 30.0) -> None:
             await asyncio.sleep(0.2)
 
 
-async def bench_variant(url: str, gateway_pid: int, others: dict[str, int], args) -> dict:
+async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int], others: dict[str, int],
+                              seconds: float, rounds: int) -> dict[str, dict]:
+    """One caller's turns on each variant's gateway, the variants taking turns in ``rounds``
+    rounds (the order rotated each round), so that a machine whose speed drifts within the hour
+    (as these shared ones do) slows every variant alike; each variant's rounds pooled."""
+    names = list(urls)
+    parts: dict[str, list[dict]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            parts[name].append(await run_sessions(urls[name], 1, seconds / rounds, (1.5, 2.0),
+                                                  gateway_pids[name], others, warmup_s=1.0, samples=True))
+    return {name: pooled(runs) for name, runs in parts.items()}
+
+
+def pooled(runs: list[dict]) -> dict:
+    """Several short runs of one session as one: percentiles over all their turns, counts summed,
+    rates averaged."""
+    out = dict(runs[-1])
+    for key in ("turn", "brain", "without_brain"):
+        out[f"{key}_samples_ms"] = [v for r in runs for v in r[f"{key}_samples_ms"]]
+    turns, brain, without = (out[f"{k}_samples_ms"] for k in ("turn", "brain", "without_brain"))
+    out.update({
+        "rounds": len(runs), "turns": len(turns),
+        "turn_p50_ms": percentile(turns, 0.5), "turn_p95_ms": percentile(turns, 0.95),
+        "turn_p99_ms": percentile(turns, 0.99),
+        "brain_p50_ms": percentile(brain, 0.5), "brain_p99_ms": percentile(brain, 0.99),
+        "without_brain_p50_ms": percentile(without, 0.5), "without_brain_p99_ms": percentile(without, 0.99),
+        "missed_turns": sum(r["missed_turns"] for r in runs),
+        "errors": {code: sum(r["errors"].get(code, 0) for r in runs)
+                   for code in {c for r in runs for c in r["errors"]}},
+    })
+    for key in ("gateway_cores", "gateway_us_per_frame", "stt_messages_per_frame", "ws_messages_per_turn",
+                "reply_deltas_per_turn"):
+        out[key] = sum(r[key] for r in runs) / len(runs)
+    return out
+
+
+async def load_levels(url: str, gateway_pid: int, others: dict[str, int], args) -> list[dict]:
     http_url = url.replace("ws://", "http://").removesuffix("/v1/call")
-    single = await run_sessions(url, 1, args.latency_seconds, (1.5, 2.0), gateway_pid, others, warmup_s=1.0)
     loads = []
     for count in args.sessions:
         await until_idle(http_url)
         loads.append(await run_sessions(url, count, args.seconds, (2.0, 4.0), gateway_pid, others))
-    return {"latency": single, "load": loads}
+    return loads
 
 
 def fmt(value, spec: str = ".1f") -> str:
@@ -428,13 +472,20 @@ def table(results: dict) -> str:
             f"{hops['socket_round_trip_ms']:.2f} ms, gRPC message on an open stream "
             f"{hops['grpc_stream_message_ms']:.2f}, gRPC call {hops['grpc_call_ms']:.2f}; a turn's "
             f"transport floor {hops['turn_floor_ms']:.1f} ms (gateway/bench_hops.py)")
+    first = next(iter(results["variants"]), None)
     for name, r in results["variants"].items():
         lat = r["latency"]
         rows += [
             f"variant {name}: {r['env'] or 'defaults'}",
             f"  end of speech -> first reply audio, 1 session: p50 {fmt(lat['turn_p50_ms'])} ms, "
-            f"p95 {fmt(lat['turn_p95_ms'])} ms ({lat['turns']} turns; the brain's own share "
-            f"p50 {fmt(lat['brain_p50_ms'], '.0f')} ms)",
+            f"p95 {fmt(lat['turn_p95_ms'])} ms ({lat['turns']} turns in {lat.get('rounds', 1)} rounds; "
+            f"the brain's own share p50 {fmt(lat['brain_p50_ms'], '.0f')} ms)",
+        ]
+        versus = r.get("latency_p50_vs_first")
+        if versus:
+            rows.append(f"  p50 against {first}'s, the same rounds: {versus[0]:+.1%} "
+                        f"(90 % bootstrap interval {versus[1]:+.1%} to {versus[2]:+.1%})")
+        rows += [
             f"  messages: {fmt(lat['stt_messages_per_frame'], '.2f')} STT messages per audio frame, "
             f"{fmt(lat['ws_messages_per_turn'], '.1f')} WebSocket messages to the client per turn "
             f"({fmt(lat['reply_deltas_per_turn'], '.1f')} reply.delta)",
@@ -476,21 +527,30 @@ async def main_async(args) -> dict:
         upstream, redis_url, pids = start_backends(stack, args.guard)
         # The client's own collections would show as the gateway's latency.
         gc_tuning.settle(gc_tuning.configured())
-        for name in args.variants:
-            env = {**VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions),
-                   "GATEWAY_MAX_LOOP_LAG_MS": str(args.max_loop_lag_ms),
-                   "GATEWAY_MAX_CPU_CORES": str(args.max_cpu_cores)}
-            gateway = start_gateway(stack, env, upstream, redis_url, name)
-            if args.pin:
-                others = [proc.popen.pid for proc in stack.procs if proc is not gateway]
-                pin_cores(gateway.popen.pid, [os.getpid(), *others], cores)
-            url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
+        # Every variant's gateway at once (idle ones cost nothing), so their latency turns can
+        # take turns; the load levels then go variant by variant.
+        gateways = {name: start_gateway(stack, {
+            **VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions),
+            "GATEWAY_MAX_LOOP_LAG_MS": str(args.max_loop_lag_ms),
+            "GATEWAY_MAX_CPU_CORES": str(args.max_cpu_cores)}, upstream, redis_url, name)
+            for name in args.variants}
+        gateway_pids = {name: gateway.popen.pid for name, gateway in gateways.items()}
+        if args.pin:
+            others = [proc.popen.pid for proc in stack.procs if proc.popen.pid not in gateway_pids.values()]
+            for pid in gateway_pids.values():
+                pin_cores(pid, [os.getpid(), *others], cores)
+        urls = {name: f"ws://127.0.0.1:{gateway.ready['http']}/v1/call" for name, gateway in gateways.items()}
+        latency = await interleaved_latency(urls, gateway_pids, pids, args.latency_seconds, args.rounds)
+        base = latency[args.variants[0]]["turn_samples_ms"]
+        for name, gateway in gateways.items():
             try:
-                r = await bench_variant(url, gateway.popen.pid, pids, args)
+                loads = await load_levels(urls[name], gateway_pids[name], pids, args)
             finally:
                 stop_proc(stack, gateway)
-            r["env"] = VARIANTS[name]
-            results["variants"][name] = r
+            results["variants"][name] = {"latency": latency[name], "load": loads, "env": VARIANTS[name]}
+            if name != args.variants[0]:
+                results["variants"][name]["latency_p50_vs_first"] = p50_ratio_interval(
+                    latency[name]["turn_samples_ms"], base)
             print(f"  {name} done", file=sys.stderr, flush=True)
     finally:
         stack.stop()
@@ -502,7 +562,10 @@ def main() -> None:
     parser.add_argument("--sessions", type=lambda s: [int(x) for x in s.split(",")],
                         default=[10, 50, 100, 200, 400])
     parser.add_argument("--seconds", type=float, default=15.0, help="measured window per load level")
-    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument("--latency-seconds", type=float, default=30.0,
+                        help="one caller's turns, per variant, over all rounds")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the variants take turns at the one-caller latency this many times each")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=["tuned", "per-frame"],
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--max-sessions", type=int, default=200, help="GATEWAY_MAX_SESSIONS")
@@ -514,6 +577,11 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true",
                         help="the gateway alone on one core, the brain, fakes, redis and client on the rest")
     args = parser.parse_args()
+    unknown = [name for name in args.variants if name not in VARIANTS]
+    if unknown or len(set(args.variants)) != len(args.variants):
+        parser.error(f"--variants: each once, of {', '.join(VARIANTS)} (got {','.join(args.variants)})")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     try:
         import uvloop
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 
@@ -11,3 +12,20 @@ def percentile(values: Sequence[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def p50_ratio_interval(values: Sequence[float], base: Sequence[float], draws: int = 2000,
+                       seed: int = 0) -> tuple[float, float, float] | None:
+    """p50(values) / p50(base) - 1, with a 90 % bootstrap interval drawing each sample with
+    replacement on its own (the two are not paired); seeded, so the same samples give the same
+    interval. None when either is empty."""
+    if not values or not base:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(draws):
+        on = percentile(rng.choices(values, k=len(values)), 0.5)
+        off = percentile(rng.choices(base, k=len(base)), 0.5)
+        ratios.append(on / off - 1)
+    point = percentile(values, 0.5) / percentile(base, 0.5) - 1
+    return round(point, 3), round(percentile(ratios, 0.05), 3), round(percentile(ratios, 0.95), 3)
