@@ -478,7 +478,7 @@ def table(results: dict) -> str:
         rows += [
             f"variant {name}: {r['env'] or 'defaults'}",
             f"  end of speech -> first reply audio, 1 session: p50 {fmt(lat['turn_p50_ms'])} ms, "
-            f"p95 {fmt(lat['turn_p95_ms'])} ms ({lat['turns']} turns in {lat.get('rounds', 1)} rounds; "
+            f"p95 {fmt(lat['turn_p95_ms'])} ms ({lat['turns']} turns in {lat['rounds']} rounds; "
             f"the brain's own share p50 {fmt(lat['brain_p50_ms'], '.0f')} ms)",
         ]
         versus = r.get("latency_p50_vs_first")
