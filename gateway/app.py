@@ -28,6 +28,7 @@ from gateway.realtime import RealtimeCall
 from gateway.sessions import SessionRegistry
 from gateway.twilio import TwilioCall, twilio_enabled
 from gateway.upstreams import Upstreams
+from gateway.ws_direct import DirectFramesProtocol
 from voicebot.common import gc_tuning
 from voicebot.common.internal_auth import InternalAuthError, internal_token
 from voicebot.common.logs import setup_logging
@@ -164,6 +165,7 @@ def main() -> None:
         ws_max_size=settings.max_message_bytes * 4, log_config=None, access_log=False,
         lifespan="on",
         ws_per_message_deflate=settings.ws_per_message_deflate,
+        ws=DirectFramesProtocol if settings.ws_direct_frames else "websockets-sansio",
     )
     server = uvicorn.Server(config)
 

@@ -66,7 +66,7 @@ VARIANTS = {
     # Everything as the gateway did it before: a message per frame and per word, asyncio's loop,
     # permessage-deflate, the token added by client interceptors.
     "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true",
-                  "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true",
+                  "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true", "GATEWAY_WS_DIRECT_FRAMES": "false",
                   "GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0",
                   "GATEWAY_STT_SPEECH_BATCH_MS": "0",
                   "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
@@ -91,6 +91,9 @@ VARIANTS = {
     # Quiet audio held up to 300 ms, speech up to 60 ms (the defaults until 2026-12-03, fifth session).
     "hold-300": {"GATEWAY_STT_IDLE_BATCH_MS": "300", "GATEWAY_STT_PLAYBACK_BATCH_MS": "300",
                  "GATEWAY_STT_SPEECH_BATCH_MS": "60"},
+    # Every WebSocket message through uvicorn's queue, audio frames too (the default until
+    # 2026-12-03, eighth session: gateway/ws_direct.py).
+    "asgi-frames": {"GATEWAY_WS_DIRECT_FRAMES": "false"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},
 }

@@ -26,6 +26,7 @@ import grpc
 from opentelemetry import trace
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from gateway import ws_direct
 from gateway.bargein import Action, BargeInDetector, Decision, Pending, Rules, has_words
 from gateway.capacity import Capacity
 from gateway.config import GatewaySettings
@@ -212,6 +213,10 @@ class Call:
 
     # ---- receiving -----------------------------------------------------
     async def run(self) -> None:
+        # Audio frames handled where they arrive, when the protocol can (gateway/ws_direct.py);
+        # a wire protocol with its own audio handling keeps every message on the awaited path.
+        direct = self.settings.ws_direct_frames and type(self)._on_audio is Call._on_audio
+        ws_direct.register(self.ws.scope, self._audio_now if direct else None)
         try:
             while True:
                 message = await self.ws.receive()
@@ -285,6 +290,19 @@ class Call:
             "session.started", session_id=session_id,
             audio={"encoding": "pcm16", "sample_rate": self.output_rate},
         )
+
+    def _audio_now(self, data: bytes) -> bool:
+        """The common audio frame, handled without awaiting: queued for STT. False (nothing
+        done) when the frame needs the awaited path: an error to answer, a barge-in to weigh."""
+        if (self.session is None or len(data) > self.settings.max_audio_frame_bytes
+                or self._barge_in.pending is not None):
+            return False
+        stt = self._stt
+        if stt is not None and stt.would_drop():
+            return False
+        now = time.perf_counter()
+        (stt or self._open_stt()).send(data, now)
+        return True
 
     async def _on_audio(self, data: bytes) -> None:
         if self.session is None:

@@ -94,6 +94,10 @@ class GatewaySettings(BaseSettings):
     stt_speech_batch_ms: int = 120
     # permessage-deflate on the WebSocket: off, PCM does not compress and it costs CPU both ways.
     ws_per_message_deflate: bool = False
+    # Audio frames handed to the call where the socket reads them, not through the ASGI queue
+    # (gateway/ws_direct.py: no task switch and no pause of the socket per frame). false: every
+    # message through uvicorn's own protocol, as before (the bench's variant `asgi-frames`).
+    ws_direct_frames: bool = True
     # Concurrent sessions this process takes; more are refused (error `overloaded`, close 1013). 0 = no cap.
     max_sessions: int = 200
     # New sessions are refused too while the event loop wakes this late (the process gets less CPU

@@ -206,6 +206,10 @@ class SttLink:
         self._closed = False
 
     # ---- the call's side ----------------------------------------------------
+    def would_drop(self) -> bool:
+        """The next frame would be refused (``send`` gives False): too much is waiting."""
+        return self.up and len(self.outbox) >= self.outbox.max_frames
+
     def send(self, frame: bytes, now: float) -> bool:
         """Queue a frame; False when too much is waiting (the client sends faster than real time)."""
         STT_FRAMES.inc()

@@ -1,0 +1,84 @@
+"""The gateway's WebSocket protocol: uvicorn's, with audio frames handed over where they arrive.
+
+uvicorn's WebSocket protocol gives each message to the app through an ``asyncio.Queue``: it
+pauses reading the socket, wakes the app's task, and resumes reading once the app has taken
+the message (two changes to the poller and a task switch per 20 ms audio frame, ~11 µs of the
+gateway's ~60 µs per frame at 200 sessions; README, "Gateway capacity"). Here a call may
+register a *frame sink*: a plain function that takes a binary message and says whether it
+handled it. While the app waits for its next message and none is queued, a binary message
+goes to the sink inside ``data_received``, so the order of messages is the same as through the
+queue; whatever the sink declines (``False``: it needs to await, e.g. to answer with an error)
+and every other message go through the queue as before.
+
+The sink must not block, raise or await; a sink that raises is dropped and its message queued.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+log = logging.getLogger("gateway")
+
+# Where an app finds the frame tap in its scope (``scope["extensions"]``).
+EXTENSION = "voicebot.frame_sink"
+
+FrameSink = Callable[[bytes], bool]
+
+
+class FrameTap:
+    """A connection's one registration point: ``tap.sink = handler`` (``None``: all queued)."""
+
+    __slots__ = ("sink",)
+
+    def __init__(self) -> None:
+        self.sink: FrameSink | None = None
+
+
+def register(scope: dict, sink: FrameSink | None) -> bool:
+    """Give the connection's binary messages to ``sink`` where it can; False when the server
+    runs another protocol (every message then comes through ``receive`` as usual)."""
+    tap = scope.get("extensions", {}).get(EXTENSION)
+    if tap is None:
+        return False
+    tap.sink = sink
+    return True
+
+
+class DirectFramesProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol plus the frame tap (see the module's docstring)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.tap = FrameTap()
+        self.app_waiting = False  # the app is in receive() with nothing queued
+
+    def handle_connect(self, event) -> None:
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope["extensions"][EXTENSION] = self.tap
+
+    def send_receive_event_to_app(self) -> None:
+        sink = self.tap.sink
+        if (sink is not None and self.app_waiting and self.curr_msg_data_type == "bytes"
+                and not self.close_sent and self.queue.empty()):
+            data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+            try:
+                handled = sink(data)
+            except Exception:  # a bug in a sink must not take the connection down
+                log.exception("frame sink failed; this connection's frames go through the queue")
+                self.tap.sink, handled = None, False
+            if handled:
+                self.frames = []
+                return
+        super().send_receive_event_to_app()
+
+    async def receive(self):
+        self.app_waiting = self.queue.empty()
+        try:
+            return await super().receive()
+        finally:
+            self.app_waiting = False
