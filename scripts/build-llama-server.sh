@@ -58,6 +58,14 @@ fi
 # 31-38 ms a token, a 977-token prompt 13.8 against 7.2 s. LLAMA_PORTABLE=1, on x86-64 with
 # AVX2/FMA (every server CPU since ~2015), builds one that runs on any of them, as the LLM image does.
 CPU_FLAGS=(-DGGML_NATIVE=ON)
+# No AMX (recipe r2, voicebot/localllm.py TUNED_RECIPE): on a VM whose CPU lists amx_tile,
+# llama.cpp's AMX kernels faulted on `ldtilecfg` at the first prompt. -march=native would turn
+# them on; an explicit -mno-* wins over it in GCC and Clang.
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+  NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  CPU_FLAGS+=(-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+              "-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX")
+fi
 if [ "$PORTABLE" = 1 ]; then
   if [ "$(uname -m)" != x86_64 ] || ! grep -qw avx2 /proc/cpuinfo || ! grep -qw fma /proc/cpuinfo \
      || ! grep -qw f16c /proc/cpuinfo; then

@@ -21,7 +21,7 @@ the same in-domain turns and ``make bench-v2v`` read every booking change back a
 
 The server: ``scripts/bootstrap.sh`` builds ``llama-server`` once from the llama.cpp
 sources vendored in the llama-cpp-python sdist (``LLAMA_CPP_PYTHON_VERSION``), tuned to
-this CPU, into ``~/.cache/voicebot/bin/llama-server-<version>-<cpu tag>`` (``cpu_tag``;
+this CPU, into ``~/.cache/voicebot/bin/llama-server-<version>-<cpu tag>-<recipe>`` (``cpu_tag``;
 ``LLM_SERVER_BIN`` names any other build). It runs ``SLOTS`` slots with continuous
 batching: the main reply keeps its prompt in slot ``MAIN_SLOT``, the guard sends
 ``"id_slot": GUARD_SLOT``, and the brain's side calls (the yes/no classifier)
@@ -242,14 +242,26 @@ def bin_cache() -> Path:
     return Path(os.environ.get("VOICEBOT_BIN_CACHE") or "~/.cache/voicebot/bin").expanduser()
 
 
+# The tuned build's recipe, in its cached name: a build made by an older recipe is not run. r2
+# (2026-12-03): no AMX. On a 2-core VM whose CPU lists amx_tile (and whose kernel grants the
+# tile state), llama.cpp's AMX kernels faulted on `ldtilecfg` at the first prompt (SIGSEGV in
+# ggml_backend_amx_mul_mat), so `make run` and the tests' LLM server died at start-up.
+TUNED_RECIPE = "r2"
+
+
+def tuned_name(tool: str) -> str:
+    """The cached name of a tool built for this CPU by this recipe."""
+    return f"{tool}-{LLAMA_CPP_PYTHON_VERSION}-{cpu_tag()}-{TUNED_RECIPE}"
+
+
 def tuned_binary_path() -> Path:
     """Where bootstrap keeps the llama-server built for this CPU (scripts/build-llama-server.sh)."""
-    return bin_cache() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}-{cpu_tag()}"
+    return bin_cache() / tuned_name("llama-server")
 
 
 def tuned_quantize_path() -> Path:
     """Where bootstrap keeps the llama-quantize built beside the server for this CPU."""
-    return bin_cache() / f"llama-quantize-{LLAMA_CPP_PYTHON_VERSION}-{cpu_tag()}"
+    return bin_cache() / tuned_name("llama-quantize")
 
 
 def portable_binary_path() -> Path:

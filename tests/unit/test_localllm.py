@@ -32,7 +32,7 @@ def executable(path):
 
 @pytest.fixture
 def fake_binary(tmp_path, monkeypatch):
-    name = f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}-{localllm.cpu_tag()}"
+    name = f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}-{localllm.cpu_tag()}-{localllm.TUNED_RECIPE}"
     binary = executable(tmp_path / "bin" / name)
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
@@ -139,6 +139,7 @@ def test_bootstrap_builds_the_same_version():
     assert "llama-server-$LLAMA_VERSION" in build and "--target llama-server" in build
     # The tuned build goes where localllm looks: the script asks it for the path.
     assert "-m voicebot.localllm --binary-path" in build and "-DGGML_NATIVE=ON" in build
+    assert "-mno-amx-tile" in build  # its kernels crashed llama-server on a VM listing amx_tile
 
 
 def test_the_build_script_asks_for_this_cpus_binary_path(tmp_path):
@@ -147,12 +148,11 @@ def test_the_build_script_asks_for_this_cpus_binary_path(tmp_path):
     out = subprocess.run([sys.executable, "-m", "voicebot.localllm", "--binary-path"], cwd=ROOT,
                          env={"VOICEBOT_BIN_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True).stdout.strip()
-    assert out == str(tmp_path / f"llama-server-{localllm.LLAMA_CPP_PYTHON_VERSION}-{localllm.cpu_tag()}")
+    assert out == str(tmp_path / localllm.tuned_name("llama-server"))
     quantize = subprocess.run([sys.executable, "-m", "voicebot.localllm", "--quantize-path"], cwd=ROOT,
                               env={"VOICEBOT_BIN_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"},
                               capture_output=True, text=True, check=True).stdout.strip()
-    name = f"llama-quantize-{localllm.LLAMA_CPP_PYTHON_VERSION}-{localllm.cpu_tag()}"
-    assert quantize == str(tmp_path / name)
+    assert quantize == str(tmp_path / localllm.tuned_name("llama-quantize"))
     build = (ROOT / "scripts" / "build-llama-server.sh").read_text()
     assert "--quantize-path" in build and "llama-quantize" in build
 
