@@ -452,12 +452,25 @@ def pooled(runs: list[dict]) -> dict:
     return out
 
 
-async def load_levels(url: str, gateway_pid: int, others: dict[str, int], args) -> list[dict]:
-    http_url = url.replace("ws://", "http://").removesuffix("/v1/call")
-    loads = []
+async def interleaved_loads(urls: dict[str, str], gateway_pids: dict[str, int], others: dict[str, int],
+                            args) -> dict[str, list[dict]]:
+    """Each level of ``--sessions`` on every variant's gateway, the variants taking turns in
+    ``--load-rounds`` rounds of ``--seconds`` / rounds each (the order rotated each round), each
+    variant's rounds at a level pooled; without the per-turn samples (the JSON stays small)."""
+    names = list(urls)
+    loads: dict[str, list[dict]] = {name: [] for name in names}
     for count in args.sessions:
-        await until_idle(http_url)
-        loads.append(await run_sessions(url, count, args.seconds, (2.0, 4.0), gateway_pid, others))
+        parts: dict[str, list[dict]] = {name: [] for name in names}
+        for index in range(args.load_rounds):
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                await until_idle(urls[name].replace("ws://", "http://").removesuffix("/v1/call"))
+                parts[name].append(await run_sessions(urls[name], count, args.seconds / args.load_rounds,
+                                                      (2.0, 4.0), gateway_pids[name], others, samples=True))
+        for name in names:
+            merged = pooled(parts[name])
+            loads[name].append({k: v for k, v in merged.items() if not k.endswith("_samples_ms")})
+        print(f"  {count} sessions done", file=sys.stderr, flush=True)
     return loads
 
 
@@ -545,16 +558,13 @@ async def main_async(args) -> dict:
         urls = {name: f"ws://127.0.0.1:{gateway.ready['http']}/v1/call" for name, gateway in gateways.items()}
         latency = await interleaved_latency(urls, gateway_pids, pids, args.latency_seconds, args.rounds)
         base = latency[args.variants[0]]["turn_samples_ms"]
+        loads = await interleaved_loads(urls, gateway_pids, pids, args)
         for name, gateway in gateways.items():
-            try:
-                loads = await load_levels(urls[name], gateway_pids[name], pids, args)
-            finally:
-                stop_proc(stack, gateway)
-            results["variants"][name] = {"latency": latency[name], "load": loads, "env": VARIANTS[name]}
+            stop_proc(stack, gateway)
+            results["variants"][name] = {"latency": latency[name], "load": loads[name], "env": VARIANTS[name]}
             if name != args.variants[0]:
                 results["variants"][name]["latency_p50_vs_first"] = p50_ratio_interval(
                     latency[name]["turn_samples_ms"], base)
-            print(f"  {name} done", file=sys.stderr, flush=True)
     finally:
         stack.stop()
     return results
@@ -569,6 +579,9 @@ def main() -> None:
                         help="one caller's turns, per variant, over all rounds")
     parser.add_argument("--rounds", type=int, default=3,
                         help="the variants take turns at the one-caller latency this many times each")
+    parser.add_argument("--load-rounds", type=int, default=1,
+                        help="the variants take turns at each load level this many times each "
+                             "(--seconds split between the rounds)")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=["tuned", "per-frame"],
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--max-sessions", type=int, default=200, help="GATEWAY_MAX_SESSIONS")
@@ -583,8 +596,8 @@ def main() -> None:
     unknown = [name for name in args.variants if name not in VARIANTS]
     if unknown or len(set(args.variants)) != len(args.variants):
         parser.error(f"--variants: each once, of {', '.join(VARIANTS)} (got {','.join(args.variants)})")
-    if args.rounds < 1:
-        parser.error("--rounds: at least 1")
+    if args.rounds < 1 or args.load_rounds < 1:
+        parser.error("--rounds and --load-rounds: at least 1")
     try:
         import uvloop
 

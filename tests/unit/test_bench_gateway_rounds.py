@@ -20,3 +20,37 @@ def test_a_variants_latency_rounds_are_pooled_as_one_sample():
     assert merged["without_brain_p50_ms"] == 4.0 and merged["brain_p50_ms"] == 4.0
     assert merged["missed_turns"] == 2 and merged["errors"] == {"internal": 3, "x": 1}
     assert abs(merged["gateway_cores"] - 0.03) < 1e-9
+
+
+async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(monkeypatch):
+    from argparse import Namespace
+
+    from gateway import bench_gateway
+
+    calls = []
+
+    async def run_sessions(url, count, seconds, period, gateway_pid, others, samples=False):
+        calls.append((url, count, seconds))
+        turns = [float(len(calls))]
+        return {"turn_samples_ms": turns, "brain_samples_ms": [1.0], "without_brain_samples_ms": [0.0],
+                "missed_turns": 0, "errors": {}, "gateway_cores": 0.5, "gateway_us_per_frame": 60.0,
+                "stt_messages_per_frame": 0.1, "ws_messages_per_turn": 17.0, "reply_deltas_per_turn": 1.0,
+                "sessions": count}
+
+    async def until_idle(http_url):
+        return None
+
+    monkeypatch.setattr(bench_gateway, "run_sessions", run_sessions)
+    monkeypatch.setattr(bench_gateway, "until_idle", until_idle)
+    urls = {"a": "ws://a/v1/call", "b": "ws://b/v1/call"}
+    loads = await bench_gateway.interleaved_loads(urls, {"a": 1, "b": 2}, {},
+                                                  Namespace(sessions=[10, 50], seconds=20.0, load_rounds=2))
+
+    # Per level, the order rotates each round; each round gets half the level's seconds.
+    assert [(url[5], count) for url, count, _ in calls] == [
+        ("a", 10), ("b", 10), ("b", 10), ("a", 10), ("a", 50), ("b", 50), ("b", 50), ("a", 50)]
+    assert {seconds for _, _, seconds in calls} == {10.0}
+    assert [level["sessions"] for level in loads["a"]] == [10, 50]
+    assert loads["a"][0]["rounds"] == 2 and loads["a"][0]["turns"] == 2
+    assert loads["b"][1]["turn_p99_ms"] == 7.0  # b's two runs at 50 sessions were the 6th and 7th
+    assert not any(key.endswith("_samples_ms") for level in loads["a"] for key in level)
