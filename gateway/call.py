@@ -228,6 +228,7 @@ class Call:
                     if not await self._on_text(message["text"]):
                         return
         finally:
+            ws_direct.register(self.ws.scope, None)  # the protocol no longer holds the call
             await self.close()
 
     async def _on_text(self, raw: str) -> bool:
