@@ -63,6 +63,17 @@ def redis_url_for(port: int, password: str | None = None, host: str = "127.0.0.1
     return f"redis://{auth}{host}:{port}/0"
 
 
+# The signals of a CPU fault: an instruction the CPU (or the VM) does not run, or a bad access.
+CPU_FAULTS = {signal.SIGILL: "SIGILL", signal.SIGSEGV: "SIGSEGV", signal.SIGBUS: "SIGBUS"}
+
+
+def cpu_fault(returncode: int | None) -> str | None:
+    """The fault's name when a process was killed by one (``Popen.returncode`` -N), else None."""
+    if returncode is None or returncode >= 0:
+        return None
+    return CPU_FAULTS.get(-returncode)
+
+
 @dataclass
 class Proc:
     name: str
@@ -199,26 +210,40 @@ class Stack:
 
     def start_llm(self, port: int, timeout: float = 300, name: str = "llm", n_ctx: int = 4096,
                   threads: int | None = None, replace: Proc | None = None,
-                  native: bool | None = None) -> Proc:
+                  native: bool | None = None, plain_kernels: bool = False) -> Proc:
         """The local LLM server: native llama-server (``localllm.SLOTS`` slots of ``n_ctx``
         each; the first one this stack starts is also the guard's, see ``start_guard_llm``),
-        or the llama-cpp-python fallback when the binary was not built (or ``native`` is False)."""
+        or the llama-cpp-python fallback when the binary was not built (or ``native`` is False).
+
+        A llama-server killed by a CPU fault while it starts (a kernel this CPU lists but will
+        not run: AMX on one VM faulted on its first prompt) is started once more with
+        ``--no-repack``, llama.cpp's plain kernels (slower prefill, but it serves), and says so;
+        ``plain_kernels`` asks for that at once."""
         from voicebot import localllm
 
         argv = localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads, native=native)
-        kind = "llama-server" if localllm.is_native(argv) else "llama-cpp-python"
+        native_server = localllm.is_native(argv)
+        if plain_kernels and native_server:
+            argv.append("--no-repack")
+        kind = "llama-server" if native_server else "llama-cpp-python"
         model = Path(argv[argv.index("--model") + 1]).name
         self.say(f"starting the local LLM server ({kind}, {model}) as {name} ...")
         proc = self.spawn(name, argv, replace=replace)
         proc.relaunch = lambda: self.start_llm(port, timeout, name, n_ctx, threads, replace=proc,
-                                               native=native)
+                                               native=native, plain_kernels=plain_kernels)
         try:
             # /v1/models answers 200 on both servers only once the model is loaded (llama-server
             # says 503 while loading).
             self._wait_http(proc, f"http://127.0.0.1:{port}/v1/models", timeout)
         except StartupError:
             self._kill(proc)
-            raise
+            fault = cpu_fault(proc.popen.returncode)
+            if not (fault and native_server and not plain_kernels):
+                raise
+            self.say(f"  {name} was killed by {fault} while starting (log {proc.log_path}); "
+                     "starting it again with llama.cpp's plain kernels (--no-repack)")
+            return self.start_llm(port, timeout, name, n_ctx, threads, replace=proc, native=native,
+                                  plain_kernels=True)
         proc.ready = {"http": port}
         if localllm.is_native(argv) and (self.shared_llm is None or self.shared_llm is replace):
             self.shared_llm = proc

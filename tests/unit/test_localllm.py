@@ -234,3 +234,49 @@ def test_without_a_quantizer_or_with_packaged_the_file_as_shipped_is_served(pack
     executable(localllm.tuned_quantize_path()).write_text(FAKE_QUANTIZE)
     monkeypatch.setenv("LLM_QUANT", "packaged")
     assert localllm.model_path() == packaged_model
+
+
+# A stand-in llama-server: serves /v1/models, unless its kernels "fault" (it kills itself with
+# the signal named in FAULT) without --no-repack, or always when FAULT_ALWAYS is set.
+FAULTING_SERVER = """#!{python}
+import http.server, os, signal, sys
+if "{fault}" and ("--no-repack" not in sys.argv or {always}):
+    os.kill(os.getpid(), getattr(signal, "{fault}"))
+if "{fault}" == "":
+    sys.exit(1)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+@pytest.mark.parametrize(("fault", "always", "serves"), [
+    ("SIGSEGV", False, True),   # AMX on one VM: the plain kernels serve
+    ("SIGILL", False, True),    # an instruction the CPU lists but does not run
+    ("SIGSEGV", True, False),   # faults with the plain kernels too: the start fails, once
+    ("", False, False),         # an ordinary exit is not a CPU fault: no second try
+])
+def test_a_llama_server_killed_by_a_cpu_fault_starts_again_on_plain_kernels(fake_binary, tmp_path,
+                                                                            fault, always, serves):
+    binary, _ = fake_binary
+    binary.write_text(FAULTING_SERVER.format(python=sys.executable, fault=fault, always=always))
+    stack = devstack.Stack(tmp_path / "logs", quiet=True)
+    try:
+        if serves:
+            proc = stack.start_llm(devstack.free_port(), timeout=20)
+            assert "--no-repack" in proc.popen.args and proc.popen.poll() is None
+        else:
+            with pytest.raises(devstack.StartupError, match="exited"):
+                stack.start_llm(devstack.free_port(), timeout=20)
+    finally:
+        stack.stop()
+
+
+def test_the_fault_of_a_process_is_named_only_for_cpu_faults():
+    assert devstack.cpu_fault(-11) == "SIGSEGV" and devstack.cpu_fault(-4) == "SIGILL"
+    assert devstack.cpu_fault(-9) is None and devstack.cpu_fault(1) is None
+    assert devstack.cpu_fault(None) is None
