@@ -392,7 +392,7 @@ async def gateway_counters(url: str) -> dict[str, float]:
     names = {"voicebot_gateway_audio_frames_total": "frames",
              "voicebot_gateway_stt_audio_messages_total": "stt_messages"}
     async with httpx.AsyncClient() as http:
-        text = (await http.get(url.replace("ws://", "http://").removesuffix("/v1/call") + "/metrics")).text
+        text = (await http.get(http_base(url) + "/metrics")).text
     found = {"frames": 0.0, "stt_messages": 0.0}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
@@ -414,16 +414,24 @@ async def until_idle(http_url: str, timeout: float = 30.0) -> None:
             await asyncio.sleep(0.2)
 
 
+def http_base(ws_url: str) -> str:
+    """The gateway's HTTP address for its WebSocket URL (``/metrics``, ``/readyz``)."""
+    return ws_url.replace("ws://", "http://").removesuffix("/v1/call")
+
+
+def in_turns(names: list[str], rounds: int) -> list[list[str]]:
+    """The variants' order in each round: every one once, the order rotated each round."""
+    return [names[index % len(names):] + names[:index % len(names)] for index in range(rounds)]
+
+
 async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int], others: dict[str, int],
                               seconds: float, rounds: int) -> dict[str, dict]:
     """One caller's turns on each variant's gateway, the variants taking turns in ``rounds``
     rounds (the order rotated each round), so that a machine whose speed drifts within the hour
     (as these shared ones do) slows every variant alike; each variant's rounds pooled."""
-    names = list(urls)
-    parts: dict[str, list[dict]] = {name: [] for name in names}
-    for index in range(rounds):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
+    parts: dict[str, list[dict]] = {name: [] for name in urls}
+    for order in in_turns(list(urls), rounds):
+        for name in order:
             parts[name].append(await run_sessions(urls[name], 1, seconds / rounds, (1.5, 2.0),
                                                   gateway_pids[name], others, warmup_s=1.0, samples=True))
     return {name: pooled(runs) for name, runs in parts.items()}
@@ -457,17 +465,15 @@ async def interleaved_loads(urls: dict[str, str], gateway_pids: dict[str, int], 
     """Each level of ``--sessions`` on every variant's gateway, the variants taking turns in
     ``--load-rounds`` rounds of ``--seconds`` / rounds each (the order rotated each round), each
     variant's rounds at a level pooled; without the per-turn samples (the JSON stays small)."""
-    names = list(urls)
-    loads: dict[str, list[dict]] = {name: [] for name in names}
+    loads: dict[str, list[dict]] = {name: [] for name in urls}
     for count in args.sessions:
-        parts: dict[str, list[dict]] = {name: [] for name in names}
-        for index in range(args.load_rounds):
-            shift = index % len(names)
-            for name in names[shift:] + names[:shift]:
-                await until_idle(urls[name].replace("ws://", "http://").removesuffix("/v1/call"))
+        parts: dict[str, list[dict]] = {name: [] for name in urls}
+        for order in in_turns(list(urls), args.load_rounds):
+            for name in order:
+                await until_idle(http_base(urls[name]))
                 parts[name].append(await run_sessions(urls[name], count, args.seconds / args.load_rounds,
                                                       (2.0, 4.0), gateway_pids[name], others, samples=True))
-        for name in names:
+        for name in urls:
             merged = pooled(parts[name])
             loads[name].append({k: v for k, v in merged.items() if not k.endswith("_samples_ms")})
         print(f"  {count} sessions done", file=sys.stderr, flush=True)
@@ -543,8 +549,8 @@ async def main_async(args) -> dict:
         upstream, redis_url, pids = start_backends(stack, args.guard)
         # The client's own collections would show as the gateway's latency.
         gc_tuning.settle(gc_tuning.configured())
-        # Every variant's gateway at once (idle ones cost nothing), so their latency turns can
-        # take turns; the load levels then go variant by variant.
+        # Every variant's gateway at once (idle ones cost nothing), so that the variants can
+        # take turns at the one-caller latency and at each load level.
         gateways = {name: start_gateway(stack, {
             **VARIANTS[name], "GATEWAY_MAX_SESSIONS": str(args.max_sessions),
             "GATEWAY_MAX_LOOP_LAG_MS": str(args.max_loop_lag_ms),
