@@ -45,3 +45,38 @@ def test_llama_server_serves_health_and_two_slots(tmp_path: Path):
         assert all(s["n_ctx"] == 512 for s in slots)
     finally:
         stack.stop()
+
+
+def test_llama_server_drafts_a_copied_json_answer_and_keeps_to_its_schema(tmp_path: Path):
+    """Speculative decoding by n-gram lookup (``localllm.SPECULATIVE``, on by default): an answer
+    that repeats the prompt's tokens is drafted from them and checked in batches, and still
+    keeps to the response format's schema."""
+    if localllm.server_binary() is None:
+        pytest.skip("llama-server is not built (make setup builds it)")
+    try:
+        localllm.model_path()
+    except (FileNotFoundError, RuntimeError) as exc:
+        pytest.skip(f"no GGUF to serve: {exc}")
+    stack = Stack(tmp_path, quiet=True)
+    try:
+        proc = stack.start_llm(free_port(), n_ctx=512, threads=2, native=True)
+        schema = {"type": "object", "additionalProperties": False, "required": ["day", "people", "time"],
+                  "properties": {"day": {"type": "string"}, "people": {"type": "integer"},
+                                 "time": {"type": "string"}}}
+        booking = '{"day": "saturday", "people": 2, "time": "19:00"}'
+        body = {"model": localllm.MODEL_ALIAS, "temperature": 0, "max_tokens": 40, "messages": [
+            {"role": "system", "content": f"Session state: {booking}"},
+            {"role": "user", "content": "Keep it as it is."},
+            {"role": "system", "content": "One line of JSON: the booking (day, people, time)."}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": schema}}}
+        request = urllib.request.Request(f"http://127.0.0.1:{proc.ready['http']}/v1/chat/completions",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            answer = json.loads(reply.read())
+        fields = json.loads(answer["choices"][0]["message"]["content"])
+        assert set(fields) == {"day", "people", "time"} and isinstance(fields["people"], int)
+        timings = answer["timings"]
+        assert timings["draft_n"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
+    finally:
+        stack.stop()

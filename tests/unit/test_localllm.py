@@ -280,3 +280,41 @@ def test_the_fault_of_a_process_is_named_only_for_cpu_faults():
     assert devstack.cpu_fault(-11) == "SIGSEGV" and devstack.cpu_fault(-4) == "SIGILL"
     assert devstack.cpu_fault(-9) is None and devstack.cpu_fault(1) is None
     assert devstack.cpu_fault(None) is None
+
+
+# A stand-in llama-server's --help: a build that lists the speculative options, or one too old to.
+HELP = "#!/bin/sh\necho '--model FNAME'\n{extra}\n"
+
+
+@pytest.mark.parametrize(("setting", "listed", "expected"), [
+    (None, True, ["ngram-simple", "2", "4", "4"]),   # the default: n-gram drafts, n 2, m 4, 4 at most
+    ("ngram", True, ["ngram-simple", "2", "4", "4"]),
+    ("none", True, None),                            # turned off by the operator
+    (None, False, None),                             # a build (LLM_SERVER_BIN) without the options
+])
+def test_speculative_decoding_is_asked_for_only_where_wanted_and_the_build_has_it(
+        fake_binary, monkeypatch, setting, listed, expected):
+    binary, _ = fake_binary
+    binary.write_text(HELP.format(extra="echo '--spec-type, --spec-draft-n-max N'" if listed else ""))
+    localllm.server_flags.cache_clear()
+    if setting is None:
+        monkeypatch.delenv("LLM_SPECULATIVE", raising=False)
+    else:
+        monkeypatch.setenv("LLM_SPECULATIVE", setting)
+    f = flags(localllm.server_command("127.0.0.1", 4321))
+    if expected is None:
+        assert not any(name.startswith("--spec") for name in f)
+    else:
+        assert [f["--spec-type"], f["--spec-ngram-simple-size-n"], f["--spec-ngram-simple-size-m"],
+                f["--spec-draft-n-max"]] == expected
+    localllm.server_flags.cache_clear()
+
+
+def test_an_unknown_speculative_setting_is_refused_by_name(fake_binary, monkeypatch):
+    monkeypatch.setenv("LLM_SPECULATIVE", "eagle")
+    with pytest.raises(ValueError, match="LLM_SPECULATIVE='eagle': expected one of ngram, none"):
+        localllm.server_command("127.0.0.1", 4321)
+
+
+def test_a_build_that_cannot_list_its_options_gets_none_of_the_optional_ones(tmp_path):
+    assert localllm.server_flags(str(tmp_path / "missing")) == frozenset()
