@@ -81,7 +81,7 @@ CHANGE_FIELDS = ChangeFields(
         "required": ["day", "time", "people"],
         "additionalProperties": False,
     },
-    instruction="One line of JSON: the booking after the caller's change (day, people, 24-hour time).",
+    instruction="One line of JSON: the booking after the caller's change (day, 24-hour time, people).",
 )
 
 

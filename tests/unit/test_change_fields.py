@@ -3,12 +3,9 @@ format it is sent, and how its answer is checked."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from services.brain.change_fields import parse_fields, response_format
-from services.brain.context import state_text
 from services.brain.hooks import ChangeFields
 
 SPEC = ChangeFields(schema={
@@ -19,23 +16,12 @@ SPEC = ChangeFields(schema={
 }, instruction="The booking after the change.")
 
 
-def test_the_answer_is_asked_for_in_the_order_the_state_block_shows_the_fields():
-    sent = response_format(SPEC)["json_schema"]["schema"]
-    assert list(sent["properties"]) == ["day", "people", "time"]
-    # Written in that order, the answer is a run of the state block's own tokens.
-    collected = {"time": "19:00", "people": 2, "day": "saturday"}
-    answer = json.dumps({name: collected[name] for name in sent["properties"]})
-    assert answer[1:-1] in state_text({"collected": collected})
-    # Nothing else of the hook's schema changes, and the hook's own spec is left as declared.
-    assert {k: v for k, v in sent.items() if k != "properties"} == {
-        k: v for k, v in SPEC.schema.items() if k != "properties"}
-    assert sent["properties"] == SPEC.schema["properties"]
-    assert list(SPEC.schema["properties"]) == ["time", "day", "people"]
-
-
-def test_a_schema_without_properties_is_sent_as_declared():
-    spec = ChangeFields(schema={"type": "object"}, instruction="")
-    assert response_format(spec)["json_schema"]["schema"] == {"type": "object"}
+def test_the_answer_is_asked_for_in_the_hooks_own_order():
+    # The order the answer is written in changes what a small model reads into it (see
+    # response_format): the hook's, as declared, not the state block's sorted one.
+    sent = response_format(SPEC)["json_schema"]
+    assert sent["name"] == "change" and sent["schema"] == SPEC.schema
+    assert list(sent["schema"]["properties"]) == ["time", "day", "people"]
 
 
 @pytest.mark.parametrize(("text", "error"), [
