@@ -516,7 +516,7 @@ class Agent:
         spec = self.hooks.change_fields
         assert spec is not None
         context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
-        messages = self._messages(turn, context, spec.instruction)
+        messages = self._change_messages(turn, context)
         record: dict[str, Any] = {"purpose": "change_fields", "messages": len(messages)}
         turn.record["llm_calls"].append(record)
         parts: list[str] = []
@@ -633,6 +633,22 @@ class Agent:
         return build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
                               context, self.settings.recent_turns, self.settings.history_turns,
                               instruction)
+
+    def _change_messages(self, turn: TurnRun, context: str) -> list[dict[str, Any]]:
+        """The prompt that asks for a change's fields: the hook's instruction goes before the
+        caller's words, so the prefill after a read-back (``_prefill``) caches it with the state
+        block, and at the endpoint only the words are new (~15 tokens instead of ~42 with the
+        instruction after them: ~0.4 s of prefill on two cores)."""
+        assert self.hooks.change_fields is not None
+        return build_messages(self.system, turn.history.turns, turn.request.text, [], context,
+                              self.settings.recent_turns, self.settings.history_turns,
+                              preface=self.hooks.change_fields.instruction)
+
+    def _change_preface(self, state: SessionState) -> str:
+        """The instruction the next model call will most likely carry before the caller's words:
+        with an action read back and awaiting a yes, a change to it is asked as fields."""
+        spec = self.hooks.change_fields
+        return spec.instruction if spec is not None and state.pending is not None else ""
 
     def _state_block(self, state: SessionState, note: str, request: brain_pb2.RespondRequest,
                      turns: list[Turn]) -> str:
@@ -832,6 +848,8 @@ class Agent:
         state, note = next_model_turn(history.state)
         if block := self._state_block(state, note, request, turns):
             messages.append({"role": "system", "content": block})
+        if preface := self._change_preface(history.state):
+            messages.append({"role": "system", "content": preface})
         messages.append({"role": "user", "content": ""})
         # (The guard's prompt is the same every time: it stays cached in its own slot.)
         try:
@@ -850,6 +868,11 @@ class Agent:
                                          self.settings.history_load_timeout_s)
         history.state.start_turn()
         turn = TurnRun(request, history, self.clock(), record={})
+        if self._change_read_by_code(turn):  # the change's own prompt (the guard waits for it)
+            state, note = next_model_turn(history.state)
+            context = self._state_block(state, note, request, history.turns)
+            await self._prime(self._change_messages(turn, context))
+            return
         primes = [self._prime(self._prompt(turn))]
         if self.guard is not None and not self._skips_guard(turn):
             primes.append(self.guard.prefill(request.text, request.language))

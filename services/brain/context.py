@@ -84,12 +84,17 @@ def build_messages(
     recent_turns: int = 4,
     max_turns: int = 24,
     instruction: str = "",
+    preface: str = "",
 ) -> list[dict[str, Any]]:
     """The prompt: history, this turn's state block (``context``: fixed for the turn, stored with
-    it), the caller's words, this turn's tool steps, and a last-call ``instruction`` if any."""
+    it), a ``preface`` if any (an instruction known before the caller spoke, so it can be cached
+    with the prefix), the caller's words, this turn's tool steps, and a last-call
+    ``instruction`` if any."""
     messages = history_messages(system, turns, recent_turns, max_turns)
     if context:
         messages.append({"role": "system", "content": context})
+    if preface:
+        messages.append({"role": "system", "content": preface})
     messages.append({"role": "user", "content": text})
     messages += steps
     if instruction:

@@ -9,6 +9,7 @@ issue 11's findings, judged by what the reservation server recorded.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
@@ -78,8 +79,9 @@ async def restaurant(reservations_url, redis_url, scripted_llm, monkeypatch):
     chat = OpenAIChatClient(scripted_llm.base_url, "m", deadline_s=0.5)
     scripted_llm.script = talker
 
-    def make(guard: bool = False) -> Caller:
-        agent = Agent(BrainSettings(llm_base_url=scripted_llm.base_url), chat, SessionStore(redis, 60),
+    def make(guard: bool = False, prefill: bool = False) -> Caller:
+        settings = BrainSettings(llm_base_url=scripted_llm.base_url, prefill_after_reply=prefill)
+        agent = Agent(settings, chat, SessionStore(redis, 60),
                       tools=registry, profile=profile, hooks=load_hooks(profile.hooks, profile),
                       guard=TopicGuard(chat, profile.purpose) if guard else None)
         return Caller(agent)
@@ -170,12 +172,43 @@ async def test_a_change_only_the_model_can_read_is_read_back_from_its_fields_and
     said = await caller.say("Could we do eight instead?")
     assert said.startswith("To confirm: a table for two on Friday") and "eight p m" in said
     [ask] = [body for body in llm.requests if body.get("response_format")]
-    assert ask["tools"] and ask["messages"][-2] == {"role": "user", "content": "Could we do eight instead?"}
+    assert ask["tools"] and ask["messages"][-1] == {"role": "user", "content": "Could we do eight instead?"}
     assert ask["tool_choice"] == "none"  # tools stay in the cached prompt; the answer is the fields
-    assert ask["messages"][-1]["role"] == "system" and "JSON" in ask["messages"][-1]["content"]
+    # The instruction comes before the words, so the prefill after the read-back has cached it.
+    assert ask["messages"][-2]["role"] == "system" and "JSON" in ask["messages"][-2]["content"]
     await caller.say("Yes, please.")
     [booking] = await booked(caller)
     assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-04", "20:00", 2)
+
+
+async def settled(agent: Agent) -> None:
+    await asyncio.gather(*agent._background, *agent.words_prefill._tasks.values(), return_exceptions=True)
+
+
+async def test_a_change_asked_as_fields_finds_all_but_the_callers_words_prefilled(restaurant):
+    """After a read-back the prefill caches the prompt a change to it sends, the hook's
+    instruction included; while the caller is still saying the change, the words so far are
+    prefilled on that same prompt. At the endpoint only the last words are new to the server."""
+    make, _, llm = restaurant
+    caller = make(prefill=True)
+    await caller.say("A table for two on Friday at 7 pm, my name is NAME.")
+    await settled(caller.agent)
+    after_read_back = [body for body in llm.requests if body["max_tokens"] == 1][-1]
+    assert after_read_back["messages"][-1] == {"role": "user", "content": ""}
+    assert "JSON" in after_read_back["messages"][-2]["content"]
+
+    words = brain_pb2.RespondRequest(session_id=caller.session, user_id="alice", text="Could we do eight")
+    assert caller.agent.words_prefill.start(words)
+    await settled(caller.agent)
+    on_words = [body for body in llm.requests if body["max_tokens"] == 1][-1]
+    assert on_words["messages"][-1] == {"role": "user", "content": "Could we do eight"}
+
+    llm.script = fields_model({"day": "friday", "time": "20:00", "people": 2})
+    await caller.say("Could we do eight instead?")
+    [ask] = [body for body in llm.requests if body.get("response_format")]
+    assert ask["messages"][:-1] == after_read_back["messages"][:-1] == on_words["messages"][:-1]
+    assert ask["messages"][-1] == {"role": "user", "content": "Could we do eight instead?"}
+    assert ask.get("tools") == on_words.get("tools") == after_read_back.get("tools")
 
 
 async def test_a_change_read_as_fields_leaves_only_the_current_booking_in_later_prompts(restaurant):
