@@ -291,11 +291,11 @@ def _first_executable(*paths: Path) -> Path | None:
 # to 4 tokens that followed the last place in the slot's own tokens (prompt and reply) where the
 # last 2 tokens occurred, and checks them in one batch. On a CPU a batch of 5 costs about what one
 # decoded token does (decode reads every weight per token, the batch reads them once), so a copied
-# run of tokens is nearly free and a wrong guess costs little. What is copied most is the JSON a
-# booking change is read as, whose values mostly repeat the state block's: measured on two
-# cores, its 24 tokens took 4.5 s instead of 8.1 over four changes, and free replies' decode
-# was unchanged (77.5 against 77.6 ms a token over 12 questions). 2 and 4 were the best of
-# n 2/3 and m 4/8 there.
+# run of tokens is nearly free and a wrong guess costs little (up to ~30 ms a token). What is
+# copied most is the JSON a booking change is read as, whose values mostly repeat the state
+# block's: on two cores at ~90 ms a decoded token, its 24 tokens took 67-72 ms each in
+# ``make bench-v2v`` (42 % of drafts accepted), and free replies' decode was unchanged (a probe
+# over 12 questions: 77.5 against 77.6 ms a token). n 2 and m 4 were the best of n 2/3, m 4/8.
 SPECULATIVE = {
     "ngram": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
               "--spec-ngram-simple-size-m", "4", "--spec-draft-n-max", "4"],
