@@ -3,9 +3,11 @@ liveness probe reaches as /v1/health), and two slots as localllm's command line 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,9 @@ def get(url: str) -> tuple[int, dict]:
         return exc.code, {}
 
 
-def test_llama_server_serves_health_and_two_slots(tmp_path: Path):
+@contextlib.contextmanager
+def served(tmp_path: Path, threads: int) -> Iterator[str]:
+    """The built llama-server with the packaged model, small slots: its base URL."""
     if localllm.server_binary() is None:
         pytest.skip("llama-server is not built (make setup builds it)")
     try:
@@ -33,9 +37,15 @@ def test_llama_server_serves_health_and_two_slots(tmp_path: Path):
         pytest.skip(f"no GGUF to serve: {exc}")
     stack = Stack(tmp_path, quiet=True)
     try:
-        # Small slots and one thread: this checks the wiring, not the speed.
-        proc = stack.start_llm(free_port(), n_ctx=512, threads=1, native=True)
-        base = f"http://127.0.0.1:{proc.ready['http']}"
+        proc = stack.start_llm(free_port(), n_ctx=512, threads=threads, native=True)
+        yield f"http://127.0.0.1:{proc.ready['http']}"
+    finally:
+        stack.stop()
+
+
+def test_llama_server_serves_health_and_two_slots(tmp_path: Path):
+    # Small slots and one thread: this checks the wiring, not the speed.
+    with served(tmp_path, threads=1) as base:
         assert get(f"{base}/health") == (200, {"status": "ok"})
         assert get(f"{base}/v1/health")[0] == 200  # what the brain's liveness probe asks
         status, models = get(f"{base}/v1/models")
@@ -43,23 +53,13 @@ def test_llama_server_serves_health_and_two_slots(tmp_path: Path):
         status, slots = get(f"{base}/slots")
         assert status == 200 and [s["id"] for s in slots] == list(range(localllm.SLOTS))
         assert all(s["n_ctx"] == 512 for s in slots)
-    finally:
-        stack.stop()
 
 
 def test_llama_server_drafts_a_copied_json_answer_and_keeps_to_its_schema(tmp_path: Path):
     """Speculative decoding by n-gram lookup (``localllm.SPECULATIVE``, on by default): an answer
     that repeats the prompt's tokens is drafted from them and checked in batches, and still
     keeps to the response format's schema."""
-    if localllm.server_binary() is None:
-        pytest.skip("llama-server is not built (make setup builds it)")
-    try:
-        localllm.model_path()
-    except (FileNotFoundError, RuntimeError) as exc:
-        pytest.skip(f"no GGUF to serve: {exc}")
-    stack = Stack(tmp_path, quiet=True)
-    try:
-        proc = stack.start_llm(free_port(), n_ctx=512, threads=2, native=True)
+    with served(tmp_path, threads=2) as base:
         schema = {"type": "object", "additionalProperties": False, "required": ["day", "people", "time"],
                   "properties": {"day": {"type": "string"}, "people": {"type": "integer"},
                                  "time": {"type": "string"}}}
@@ -69,7 +69,7 @@ def test_llama_server_drafts_a_copied_json_answer_and_keeps_to_its_schema(tmp_pa
             {"role": "user", "content": "Keep it as it is."},
             {"role": "system", "content": "One line of JSON: the booking (day, people, time)."}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": schema}}}
-        request = urllib.request.Request(f"http://127.0.0.1:{proc.ready['http']}/v1/chat/completions",
+        request = urllib.request.Request(f"{base}/v1/chat/completions",
                                          data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=120) as reply:
@@ -78,5 +78,3 @@ def test_llama_server_drafts_a_copied_json_answer_and_keeps_to_its_schema(tmp_pa
         assert set(fields) == {"day", "people", "time"} and isinstance(fields["people"], int)
         timings = answer["timings"]
         assert timings["draft_n"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
-    finally:
-        stack.stop()
