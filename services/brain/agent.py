@@ -868,7 +868,8 @@ class Agent:
                                          self.settings.history_load_timeout_s)
         history.state.start_turn()
         turn = TurnRun(request, history, self.clock(), record={})
-        if self._change_read_by_code(turn):  # the change's own prompt (the guard waits for it)
+        # A change gets its own prompt; it is not screened at the start (``_screen_late``).
+        if self._change_read_by_code(turn):
             state, note = next_model_turn(history.state)
             context = self._state_block(state, note, request, history.turns)
             await self._prime(self._change_messages(turn, context))

@@ -21,11 +21,11 @@ UNCHANGED = HookResult()
 
 
 def response_format(spec: ChangeFields) -> dict[str, Any]:
-    """The hook's schema as the OpenAI response format (llama-server and vLLM constrain to it).
-    Its properties keep the hook's order, which the answer is written in: asked in the state
-    block's (sorted) order instead, which would let the answer copy more of the state block's
-    tokens, the 1.5B model read "Could we do eight instead" as no change in 3 of 3 sessions
-    (``make bench-v2v``, 2026-12-03, ninth session), against 2 of 3 read as asked in this order."""
+    """The hook's schema as the OpenAI response format (llama-server and vLLM constrain to it),
+    its properties in the hook's order, the order the answer is written in. Not the state
+    block's sorted order, though that would let the answer copy longer runs of the block's
+    tokens (n-gram drafts): so asked, the 1.5B model read "Could we do eight instead" as no
+    change in 3 of 3 sessions, twice (``make bench-v2v``, 2026-12-03), and as asked in this one."""
     return {"type": "json_schema", "json_schema": {"name": "change", "schema": spec.schema}}
 
 
