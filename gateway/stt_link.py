@@ -87,8 +87,13 @@ class AudioOutbox:
     def __len__(self) -> int:
         return self._frames
 
+    @property
+    def full(self) -> bool:
+        """No more audio is taken (``put_audio`` gives False)."""
+        return self._frames >= self.max_frames
+
     def put_audio(self, frame: bytes, arrived: float) -> bool:
-        if self._frames >= self.max_frames:
+        if self.full:
             return False
         self._items.append((frame, arrived))
         self._frames += 1
@@ -208,7 +213,7 @@ class SttLink:
     # ---- the call's side ----------------------------------------------------
     def would_drop(self) -> bool:
         """The next frame would be refused (``send`` gives False): too much is waiting."""
-        return self.up and len(self.outbox) >= self.outbox.max_frames
+        return self.up and self.outbox.full
 
     def send(self, frame: bytes, now: float) -> bool:
         """Queue a frame; False when too much is waiting (the client sends faster than real time)."""

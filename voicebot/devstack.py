@@ -245,7 +245,7 @@ class Stack:
             return self.start_llm(port, timeout, name, n_ctx, threads, replace=proc, native=native,
                                   plain_kernels=True)
         proc.ready = {"http": port}
-        if localllm.is_native(argv) and (self.shared_llm is None or self.shared_llm is replace):
+        if native_server and (self.shared_llm is None or self.shared_llm is replace):
             self.shared_llm = proc
         self.say(f"  {name} ready on {port}")
         return proc

@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 from services.brain.actions import Actions, WriteOutcome
 from services.brain.change_fields import UNCHANGED, parse_fields, response_format
 from services.brain.config import BrainSettings
-from services.brain.context import build_messages, history_messages, state_block, state_text
+from services.brain.context import build_messages, state_block, state_text
 from services.brain.dialog import (
     CONFIRMATION_SCHEMA,
     Decision,
@@ -650,6 +650,12 @@ class Agent:
         spec = self.hooks.change_fields
         return spec.instruction if spec is not None and state.pending is not None else ""
 
+    def _next_block(self, history: SessionHistory, request: brain_pb2.RespondRequest) -> str:
+        """The state block the next model call after ``history`` will most likely carry
+        (``policy.next_model_turn``: after a read-back, the one of a change to it)."""
+        state, note = next_model_turn(history.state)
+        return self._state_block(state, note, request, history.turns)
+
     def _state_block(self, state: SessionState, note: str, request: brain_pb2.RespondRequest,
                      turns: list[Turn]) -> str:
         """The state block a prompt after ``turns`` carries ("" when the model sees it already)."""
@@ -842,15 +848,9 @@ class Agent:
         the caller's next one as the next prompt will, so those tokens are cached too. When
         the next turn's block differs after all, the shared prefix still reaches where it
         differs."""
-        turns = history.turns
-        messages = history_messages(self.system, turns, self.settings.recent_turns,
-                                    self.settings.history_turns)
-        state, note = next_model_turn(history.state)
-        if block := self._state_block(state, note, request, turns):
-            messages.append({"role": "system", "content": block})
-        if preface := self._change_preface(history.state):
-            messages.append({"role": "system", "content": preface})
-        messages.append({"role": "user", "content": ""})
+        messages = build_messages(self.system, history.turns, "", [], self._next_block(history, request),
+                                  self.settings.recent_turns, self.settings.history_turns,
+                                  preface=self._change_preface(history.state))
         # (The guard's prompt is the same every time: it stays cached in its own slot.)
         try:
             await self._prime(messages)
@@ -870,9 +870,7 @@ class Agent:
         turn = TurnRun(request, history, self.clock(), record={})
         # A change gets its own prompt; it is not screened at the start (``_screen_late``).
         if self._change_read_by_code(turn):
-            state, note = next_model_turn(history.state)
-            context = self._state_block(state, note, request, history.turns)
-            await self._prime(self._change_messages(turn, context))
+            await self._prime(self._change_messages(turn, self._next_block(history, request)))
             return
         primes = [self._prime(self._prompt(turn))]
         if self.guard is not None and not self._skips_guard(turn):
