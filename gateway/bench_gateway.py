@@ -94,6 +94,9 @@ VARIANTS = {
     # Every WebSocket message through uvicorn's queue, audio frames too (the default until
     # 2026-12-03, eighth session: gateway/ws_direct.py).
     "asgi-frames": {"GATEWAY_WS_DIRECT_FRAMES": "false"},
+    # The brain's and TTS's calls opened at the endpoint, not at the speech's onset (the default
+    # until 2026-12-03, tenth session: gateway/standby.py).
+    "no-standby": {"GATEWAY_STANDBY_CALLS": "false"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},
 }

@@ -54,6 +54,7 @@ from gateway.protocol import (
 )
 from gateway.sessions import SessionRegistry
 from gateway.spoken import SpokenTracker
+from gateway.standby import StandbyCalls
 from gateway.stt_link import SttLink
 from gateway.turn import TurnFailed, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from gateway.upstreams import Upstreams
@@ -153,6 +154,8 @@ class Call:
         # went out (they went on speaking): it leads the next turn's text.
         self._unanswered: str | None = None
         self._early: EarlyReply | None = None  # a reply started on the speculative transcript
+        # The brain's and TTS's calls opened at an utterance's onset for its turn (standby.py).
+        self._standby: tuple[int, StandbyCalls] | None = None
         self._prefiller = WordsPrefiller(upstreams)
         # The call's metadata for the brain (a phone bridge's custom parameters), shown to the
         # model as data; never the user id, which comes from auth alone.
@@ -327,6 +330,28 @@ class Call:
             span.set_attribute("voicebot.turn.outcome", outcome)
             span.end()
         self._utterance_spans.clear()
+        self._take_standby(None)
+
+    def _open_standby(self, utterance: int) -> None:
+        """The calls this utterance's turn will need, opened now, under its trace (standby.py)."""
+        self._take_standby(None)
+        if not self.settings.standby_calls or self.session_id is None:
+            return
+        span = self._utterance_spans.get(utterance)
+        metadata = outgoing_metadata(trace.set_span_in_context(span) if span is not None else None)
+        self._standby = (utterance, StandbyCalls(self.upstreams, self.settings.turn_timeout_s, metadata))
+
+    def _take_standby(self, utterance: int | None) -> StandbyCalls | None:
+        """The utterance's standby calls if they can still carry its turn; any other is cancelled
+        (``None``: drop whatever is open)."""
+        held, self._standby = self._standby, None
+        if held is None:
+            return None
+        opened_for, calls = held
+        if opened_for == utterance and calls.usable():
+            return calls
+        calls.cancel()
+        return None
 
     def _open_stt(self) -> SttLink:
         assert self.session is not None
@@ -394,6 +419,7 @@ class Call:
             self._became_busy()
             await self.on_speech(True, ev.speech_started.offset_ms)
             self._open_utterance_span(ev.utterance_index)
+            self._open_standby(ev.utterance_index)
             turn = self.turn
             audible = turn.turn_id if turn is not None and turn.audible(now) else None
             await self._apply(self._barge_in.speech_started(
@@ -415,6 +441,7 @@ class Call:
                                              ev.transcript.end_ms, final)
         await self._apply(decision)
         if decision.action is Action.RESUME:
+            self._take_standby(None)
             span = self._utterance_span(ev.utterance_index)
             if span is not None:
                 span.set_attribute("voicebot.turn.outcome", "false_start")
@@ -440,17 +467,21 @@ class Call:
                                                          "early_utterance": early.utterance})
             early.discard()  # the endpoint heard other words
             early = None
+        standby = self._take_standby(ev.utterance_index)
         if has_words(text):  # an empty (or punctuation-only) final never starts a turn
             unanswered, self._unanswered = self._unanswered, None
             self._start_turn(f"{unanswered} {text}" if unanswered else text, timings, transcribed=True,
-                             span=span, early=early)
+                             span=span, early=early, standby=standby)
         elif self._unanswered:
             # The speech that cut the question off was no words after all: ask it again.
             text, self._unanswered = self._unanswered, None
-            self._start_turn(text, timings, transcribed=True, span=span)
-        elif span is not None:
-            span.set_attribute("voicebot.turn.outcome", "no_words")
-            span.end()
+            self._start_turn(text, timings, transcribed=True, span=span, standby=standby)
+        else:
+            if standby is not None:  # no words: no turn, and the next utterance opens its own
+                standby.cancel()
+            if span is not None:
+                span.set_attribute("voicebot.turn.outcome", "no_words")
+                span.end()
 
     def _open_utterance_span(self, utterance: int) -> None:
         """A person started speaking: this may become a turn. Its trace starts now, and STT
@@ -562,7 +593,8 @@ class Call:
                                  outgoing_metadata())
 
     def _start_turn(self, text: str, timings: TurnTimings, transcribed: bool = False,
-                    span: trace.Span | None = None, early: EarlyReply | None = None) -> None:
+                    span: trace.Span | None = None, early: EarlyReply | None = None,
+                    standby: StandbyCalls | None = None) -> None:
         assert self.session is not None and self.session_id is not None
         previous = self.turn
         self._barge_in.clear()  # the new turn interrupts the old one anyway
@@ -582,18 +614,18 @@ class Call:
         if record_content():  # what people said stays out of traces unless an operator opts in
             span.set_attribute("voicebot.turn.text", text)
         turn.task = asyncio.create_task(self._traced_turn(span, previous, turn, request, timings,
-                                                          transcribed, early))
+                                                          transcribed, early, standby))
         self.turn = turn
         self._became_busy()
 
     async def _traced_turn(self, span: trace.Span, previous: ActiveTurn | None, turn: ActiveTurn,
                            request: TurnRequest, timings: TurnTimings, transcribed: bool,
-                           early: EarlyReply | None = None) -> None:
+                           early: EarlyReply | None = None, standby: StandbyCalls | None = None) -> None:
         """The turn under its root span: brain and TTS calls carry it in their metadata."""
         outcome = "interrupted"
         try:
             with trace.use_span(span, end_on_exit=False):
-                outcome = await self._turn(previous, turn, request, timings, transcribed, early)
+                outcome = await self._turn(previous, turn, request, timings, transcribed, early, standby)
         finally:
             span.set_attribute("voicebot.turn.outcome", outcome)
             for stage, ms in timings.stages_ms().items():
@@ -602,13 +634,28 @@ class Call:
             span.end()
 
     async def _turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
-                    timings: TurnTimings, transcribed: bool, early: EarlyReply | None = None) -> str:
+                    timings: TurnTimings, transcribed: bool, early: EarlyReply | None = None,
+                    standby: StandbyCalls | None = None) -> str:
+        try:
+            return await self._run_turn(previous, turn, request, timings, transcribed, early, standby)
+        finally:
+            if standby is not None:
+                standby.cancel()  # what the turn did not take (all of it, if it ended first)
+
+    async def _run_turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
+                        timings: TurnTimings, transcribed: bool, early: EarlyReply | None,
+                        standby: StandbyCalls | None) -> str:
         await self._end_previous(previous)
         request.previous_reply, self.previous_reply = self.previous_reply, None
         runner = self._runner(turn)
         # The brain starts before transcript.final goes out (no reply.delta can precede it: the
         # call's events are read only in runner.run).
-        brain_call = early.commit() if early is not None else runner.start_brain(request, timings)
+        if early is not None:
+            if standby is not None:
+                standby.release_brain()
+            brain_call = early.commit()
+        else:
+            brain_call = runner.start_brain(request, timings, standby)
         try:
             if transcribed:
                 await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
@@ -616,7 +663,7 @@ class Call:
             brain_call.cancel()  # interrupted before the turn could take the call
             raise
         try:
-            reply = await runner.run(request, timings, turn.spoken, turn.playout, brain_call)
+            reply = await runner.run(request, timings, turn.spoken, turn.playout, brain_call, standby)
         except asyncio.CancelledError:
             TURNS.labels("interrupted").inc()
             if timings.first_audio is not None:
@@ -692,6 +739,7 @@ class Call:
         if self._early is not None:
             self._early.discard()
             self._early = None
+        self._take_standby(None)
         self._barge_in.clear()
         self._end_utterance_spans("call_ended")
         if self.turn is not None:

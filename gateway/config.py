@@ -47,6 +47,9 @@ class GatewaySettings(BaseSettings):
     # Start the brain on the STT's speculative transcript (a short pause) and commit it when the
     # final has the same words; held back, and discarded otherwise (gateway/preemptive.py).
     preemptive: bool = True
+    # Open the brain's and TTS's calls for an utterance's turn when its speech starts, so at the
+    # endpoint only messages move (gateway/standby.py).
+    standby_calls: bool = True
     # Send each interim transcript to Brain.Prefill while the caller speaks (no reply in the air),
     # so the LLM server has the turn's prompt cached up to the last words (gateway/prefill.py).
     # Off by default: on two shared cores (make bench-v2v, 2026-12-01) the prefills competed

@@ -23,6 +23,7 @@ from gateway.metrics import STAGE_SECONDS
 from gateway.phrases import PhraseCoalescer
 from gateway.playout import Playout
 from gateway.spoken import SpokenTracker
+from gateway.standby import StandbyCalls
 from voicebot.common.telemetry import outgoing_metadata
 from voicebot.v1 import brain_pb2, tts_pb2
 
@@ -113,7 +114,7 @@ class TurnRunner:
         self.first_words = first_words
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
-                  playout: Playout, brain_call=None) -> str:
+                  playout: Playout, brain_call=None, standby: StandbyCalls | None = None) -> str:
         """Run the turn to completion; returns the reply text. Raises TurnFailed.
 
         Three tasks: brain deltas go to the client and into the TTS stream as they
@@ -140,8 +141,11 @@ class TurnRunner:
                     timings.first_tts_text = time.perf_counter()
                 yield tts_pb2.SynthesizeRequest(text=text)
 
-        tts_call = self.upstreams.tts.StreamingSynthesize(tts_requests(), timeout=self.timeout_s,
-                                                          metadata=outgoing_metadata())
+        if standby is not None:  # the stream opened while the caller spoke (standby.py)
+            tts_call = standby.start_tts(tts_requests())
+        else:
+            tts_call = self.upstreams.tts.StreamingSynthesize(tts_requests(), timeout=self.timeout_s,
+                                                              metadata=outgoing_metadata())
         reply: list[str] = []
         try:
             await run_together(
@@ -155,15 +159,19 @@ class TurnRunner:
             tts_call.cancel()
         return "".join(reply)
 
-    def start_brain(self, req: TurnRequest, timings: TurnTimings):
-        """The brain's call for the turn, sent now (``run`` takes it); cancel it if ``run`` never does."""
+    def start_brain(self, req: TurnRequest, timings: TurnTimings, standby: StandbyCalls | None = None):
+        """The brain's call for the turn, sent now (``run`` takes it); cancel it if ``run`` never
+        does. With ``standby``, the request goes down its open Converse call, committed at once."""
         timings.brain_request = time.perf_counter()
+        request = brain_pb2.RespondRequest(
+            session_id=req.session_id, turn_id=req.turn_id, user_id=req.user_id,
+            text=req.text, language=req.language, previous_reply=req.previous_reply,
+            session_context=req.context or {},
+        )
+        if standby is not None:
+            return standby.start_brain(request)
         return self.upstreams.brain.Respond(
-            brain_pb2.RespondRequest(
-                session_id=req.session_id, turn_id=req.turn_id, user_id=req.user_id,
-                text=req.text, language=req.language, previous_reply=req.previous_reply,
-                session_context=req.context or {},
-            ),
+            request,
             timeout=self.timeout_s,
             metadata=outgoing_metadata(),  # the turn's trace continues in the brain
         )

@@ -182,12 +182,32 @@ class FakeCall:
     def cancel(self) -> None:
         self.cancelled = True
 
+    def done(self) -> bool:
+        return self.cancelled
+
 
 class FakeBrain:
     def __init__(self, think_s: float = 0.0) -> None:
         self.requests: list[brain_pb2.RespondRequest] = []
         self.prefills: list[brain_pb2.RespondRequest] = []
         self.think_s = think_s
+        self.opened: list[FakeCall] = []  # Converse calls, in the order they were opened
+
+    def Converse(self, requests, timeout=None, metadata=None):
+        """A turn on a call opened before its request (gateway/standby.py): started and committed
+        at once, it runs as ``Respond``; a call cancelled before its start runs nothing."""
+        async def events():
+            stream = aiter(requests)
+            first = await anext(stream, None)
+            commit = await anext(stream, None)
+            if first is None or commit is None or commit.WhichOneof("request") != "commit":
+                return
+            async for event in self.Respond(first.start):
+                yield event
+
+        call = FakeCall(events())
+        self.opened.append(call)
+        return call
 
     async def Prefill(self, request, timeout=None, metadata=None):
         self.prefills.append(request)
@@ -210,6 +230,7 @@ class FakeTts:
 
     def __init__(self, audio_ms: int = 600) -> None:
         self.audio_ms = audio_ms
+        self.opened: list[FakeCall] = []
 
     def StreamingSynthesize(self, requests, timeout=None, metadata=None):
         async def events():
@@ -224,7 +245,9 @@ class FakeTts:
                         pcm16=b"\0" * (RATE // 10 * 2), sample_rate=RATE, sentence_index=index))
                 index += 1
 
-        return FakeCall(events())
+        call = FakeCall(events())
+        self.opened.append(call)
+        return call
 
 
 class FakeStt:

@@ -2,6 +2,8 @@
 
 The gateway's Call with scripted STT events and a fake brain that speaks Converse: its words
 come at once, its final only after the commit (as the real brain holds tools and history).
+Calls opened at the onset (gateway/standby.py) are off here, so every Converse call is a
+preemptive one; tests/unit/test_gateway_standby.py has the two together.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def speculative(utterance: int, text: str):
 
 async def test_the_final_with_the_same_words_commits_the_reply_started_before_it():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts())
+    call, ws = make_call(brain, FakeTts(), standby_calls=False)
     await speak(call, 0, "When do you open?", "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())
     assert [r.text for r in brain.early] == ["When do you open?"] and brain.committed == ["When do you open?"]
@@ -73,7 +75,7 @@ async def test_the_final_with_the_same_words_commits_the_reply_started_before_it
 
 async def test_other_words_at_the_endpoint_discard_it_and_it_is_never_heard():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts())
+    call, ws = make_call(brain, FakeTts(), standby_calls=False)
     await speak(call, 0, "Do you have part?", "Do you have parking?")
     await until(lambda: "turn.metrics" in ws.kinds())
     assert brain.committed == [] and brain.calls[0].cancelled  # discarded
@@ -85,7 +87,7 @@ async def test_other_words_at_the_endpoint_discard_it_and_it_is_never_heard():
 
 async def test_a_new_speculative_decode_replaces_the_older_start():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts())
+    call, ws = make_call(brain, FakeTts(), standby_calls=False)
     await call._on_stt_event(speech_started(0, onset_ms=1000))
     await call._on_stt_event(speculative(0, "I would like"))
     await call._on_stt_event(speculative(0, "I would like a table."))
@@ -99,7 +101,7 @@ async def test_a_new_speculative_decode_replaces_the_older_start():
 
 async def test_no_start_while_the_bot_is_still_speaking():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts(audio_ms=3000))
+    call, ws = make_call(brain, FakeTts(audio_ms=3000), standby_calls=False)
     call._start_turn("Tell me about the menu", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
     await call._on_stt_event(speculative(0, "Wait, stop."))
@@ -109,7 +111,7 @@ async def test_no_start_while_the_bot_is_still_speaking():
 
 async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air():
     brain = ConverseBrain()
-    call, _ws = make_call(brain, FakeTts(), prefill_words=True)
+    call, _ws = make_call(brain, FakeTts(), prefill_words=True, standby_calls=False)
     await call._on_stt_event(speech_started(0, onset_ms=1000))
     await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
     await call._on_stt_event(transcript(0, "Do you have vegetarian", 1000, 1800, final=False))
@@ -122,7 +124,7 @@ async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air()
 
 async def test_no_prefill_while_the_bot_is_speaking():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts(audio_ms=3000), prefill_words=True)
+    call, ws = make_call(brain, FakeTts(audio_ms=3000), prefill_words=True, standby_calls=False)
     call._start_turn("Tell me about the menu", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
     await call._on_stt_event(transcript(1, "Wait, what about", 5000, 5400, final=False))
@@ -133,7 +135,7 @@ async def test_no_prefill_while_the_bot_is_speaking():
 
 async def test_prefill_is_off_by_default():
     brain = ConverseBrain()
-    call, _ws = make_call(brain, FakeTts())
+    call, _ws = make_call(brain, FakeTts(), standby_calls=False)
     await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
     await asyncio.sleep(0.05)
     assert brain.prefills == []

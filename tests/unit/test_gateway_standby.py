@@ -1,0 +1,128 @@
+"""Calls opened at the onset (gateway/standby.py): when STT says speech started, the gateway
+opens the brain's Converse call and the TTS stream for the turn the utterance may become; at
+the endpoint the turn's request goes down them, and nothing else opens a call.
+
+The gateway's Call with scripted STT events, and fakes that record every call opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway import standby
+from tests.unit.test_bargein_logic import (
+    FakeBrain,
+    FakeTts,
+    end_of_utterance,
+    make_call,
+    speech_started,
+    transcript,
+    until,
+)
+from tests.unit.test_gateway_preemptive import ConverseBrain, speculative
+
+
+async def say(call, utterance: int, text: str) -> None:
+    onset, end = 1000 * utterance, 1000 * utterance + 800
+    await call._on_stt_event(speech_started(utterance, onset_ms=onset))
+    await call._on_stt_event(end_of_utterance(utterance, end))
+    await call._on_stt_event(transcript(utterance, text, onset, end, final=True))
+
+
+def replies(ws) -> list[str]:
+    return [e["text"] for e in ws.sent if isinstance(e, dict) and e["type"] == "reply.done"]
+
+
+async def test_the_calls_open_at_the_onset_and_the_turn_at_the_endpoint_uses_them():
+    brain, tts = FakeBrain(), FakeTts()
+    call, ws = make_call(brain, tts)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    assert len(brain.opened) == 1 and len(tts.opened) == 1  # open while the caller still speaks
+    assert brain.requests == []  # ... and nothing asked yet
+    await call._on_stt_event(end_of_utterance(0, 1800))
+    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    await until(lambda: "turn.metrics" in ws.kinds())
+    assert [r.text for r in brain.requests] == ["When do you open?"]
+    assert len(brain.opened) == 1 and len(tts.opened) == 1  # no call opened at the endpoint
+    assert replies(ws) == ["Sure, see you then."] and "audio" in ws.kinds()
+    await call.close()
+
+
+async def test_each_utterance_gets_its_own_calls_and_one_without_words_cancels_them():
+    brain, tts = FakeBrain(), FakeTts()
+    call, ws = make_call(brain, tts)
+    await say(call, 0, "")  # a noise: no words, no turn
+    assert brain.opened[0].cancelled and tts.opened[0].cancelled
+    await say(call, 1, "A table for two.")
+    await until(lambda: "turn.metrics" in ws.kinds())
+    assert [r.text for r in brain.requests] == ["A table for two."]
+    assert len(brain.opened) == 2 and len(tts.opened) == 2  # the second utterance's own
+    assert replies(ws) == ["Sure, see you then."]
+    await call.close()
+
+
+async def test_calls_too_old_for_a_whole_turn_are_replaced_by_fresh_ones(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(standby, "MAX_AGE_S", 0.0)  # every standby is too old by its endpoint
+    brain, tts = FakeBrain(), FakeTts()
+    call, ws = make_call(brain, tts)
+    await say(call, 0, "When do you open?")
+    await until(lambda: "turn.metrics" in ws.kinds())
+    assert brain.opened[0].cancelled and tts.opened[0].cancelled
+    assert len(tts.opened) == 2  # a fresh stream at the endpoint
+    assert [r.text for r in brain.requests] == ["When do you open?"]  # asked on a fresh Respond call
+    assert len(brain.opened) == 1
+    assert replies(ws) == ["Sure, see you then."]
+    await call.close()
+
+
+async def test_calls_an_upstream_already_ended_are_not_used():
+    brain, tts = FakeBrain(), FakeTts()
+    call, ws = make_call(brain, tts)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    brain.opened[0].cancel()  # the brain restarted while the caller spoke: its call is over
+    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    await until(lambda: "turn.metrics" in ws.kinds())
+    assert tts.opened[0].cancelled and len(tts.opened) == 2
+    assert replies(ws) == ["Sure, see you then."]  # the caller hears the reply all the same
+    await call.close()
+
+
+async def test_the_end_of_the_call_cancels_the_calls_it_held_open():
+    brain, tts = FakeBrain(), FakeTts()
+    call, _ws = make_call(brain, tts)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call.close()
+    assert brain.opened[0].cancelled and tts.opened[0].cancelled
+    assert brain.requests == []
+
+
+async def test_a_preemptive_reply_keeps_its_own_brain_call_and_speaks_on_the_open_tts_stream():
+    brain, tts = ConverseBrain(), FakeTts()
+    call, ws = make_call(brain, tts)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call._on_stt_event(speculative(0, "When do you open?"))
+    await asyncio.sleep(0.05)
+    await call._on_stt_event(end_of_utterance(0, 2000))
+    await call._on_stt_event(transcript(0, "When do you open?", 1000, 2000, final=True))
+    await until(lambda: "turn.metrics" in ws.kinds())
+    standby_brain, _early_brain = brain.calls
+    assert standby_brain.cancelled  # never given a request
+    assert [r.text for r in brain.early] == ["When do you open?"]  # one start: the early reply's
+    assert brain.committed == ["When do you open?"]
+    assert len(tts.opened) == 1  # the stream opened at the onset carried the reply
+    assert replies(ws) == ["We open at noon."]
+    await call.close()
+
+
+async def test_off_every_turn_opens_its_calls_at_the_endpoint():
+    brain, tts = FakeBrain(), FakeTts()
+    call, ws = make_call(brain, tts, standby_calls=False)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    assert brain.opened == [] and tts.opened == []
+    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    await until(lambda: "turn.metrics" in ws.kinds())
+    assert brain.opened == [] and len(tts.opened) == 1  # Respond, and a stream opened then
+    assert [r.text for r in brain.requests] == ["When do you open?"]
+    await call.close()
