@@ -97,38 +97,41 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
 
     async def Converse(self, requests: AsyncIterator[brain_pb2.ConverseRequest],
                        context: grpc.aio.ServicerContext):
-        """A preemptive turn: streamed at once, committed (tools, writes, history) by a later
-        message; a half-close without a commit discards it, like a cancel."""
+        """A turn streamed at once and committed (tools, writes, history) by a later message: a
+        preemptive one, or one whose call was opened before its words (gateway/standby.py), then
+        committed at once; a half-close without a commit discards it, like a cancel."""
+        # The headers go now: a call opened ahead of its turn then gets its first event without
+        # them (~0.08 ms sooner on the bench's machine).
+        await context.send_initial_metadata(())
         first = await anext(aiter(requests), None)
         if first is None or first.WhichOneof("request") != "start":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be start")
         committed, ended = asyncio.Event(), asyncio.Event()
-        reader = asyncio.create_task(_read_commit(requests, committed, ended))
         turn = aiter(self.Respond(first.start, context, committed))
-        step: asyncio.Future | None = None
         # Every step of the turn runs in this one context: the span Respond makes current is
         # attached in one step and detached in another (OpenTelemetry cannot detach a context
         # attached in a different one: "Failed to detach context" on every discarded turn).
         steps = contextvars.copy_context()
         loop = asyncio.get_running_loop()
+        step = loop.create_task(anext(turn), context=steps)  # before the reader: the caller waits on it
+        reader = asyncio.create_task(_read_commit(requests, committed, ended))
         try:
             while True:
-                step = loop.create_task(anext(turn), context=steps)
-                discarded = asyncio.ensure_future(_discarded(committed, ended))
-                done, _ = await asyncio.wait({step, discarded}, return_when=asyncio.FIRST_COMPLETED)
-                discarded.cancel()
-                if step not in done:  # the client gave up on it before committing: drop the turn
-                    step.cancel()
+                # Once committed nothing can discard the turn (a cancel ends this handler).
+                if not committed.is_set() and not await _stepped(step, committed, ended):
+                    step.cancel()  # the client gave up on it before committing: drop the turn
                     with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                         await step
                     return
                 try:
-                    yield step.result()
+                    event = await step
                 except StopAsyncIteration:
                     return
+                yield event
+                step = loop.create_task(anext(turn), context=steps)
         finally:
             reader.cancel()
-            if step is not None and not step.done():  # cancelled (discarded) while it ran the turn
+            if not step.done():  # cancelled (discarded) while it ran the turn
                 step.cancel()
                 with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
                     await step
@@ -144,6 +147,16 @@ async def _read_commit(requests: AsyncIterator[brain_pb2.ConverseRequest], commi
                 committed.set()
     finally:
         ended.set()
+
+
+async def _stepped(step: asyncio.Future, committed: asyncio.Event, ended: asyncio.Event) -> bool:
+    """True once ``step`` is done; False when the client half-closed without a commit first."""
+    discarded = asyncio.ensure_future(_discarded(committed, ended))
+    try:
+        done, _ = await asyncio.wait({step, discarded}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        discarded.cancel()
+    return step in done
 
 
 async def _discarded(committed: asyncio.Event, ended: asyncio.Event) -> None:

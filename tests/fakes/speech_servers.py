@@ -112,6 +112,7 @@ class _Utterances:
 
 class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
     async def StreamingSynthesize(self, request_iterator, context):
+        await context.send_initial_metadata(())  # as the real service does
         requests = aiter(request_iterator)
         first = await anext(requests, None)
         if first is None:

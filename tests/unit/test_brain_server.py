@@ -22,6 +22,9 @@ class Context:
     def invocation_metadata(self):
         return ()
 
+    async def send_initial_metadata(self, metadata):
+        pass
+
     async def abort(self, code, details):
         raise AssertionError(f"aborted: {code} {details}")
 
