@@ -147,10 +147,12 @@ class TurnRunner:
             tts_call = self.upstreams.tts.StreamingSynthesize(tts_requests(), timeout=self.timeout_s,
                                                               metadata=outgoing_metadata())
         reply: list[str] = []
+        # Calls opened ahead of the turn have deadlines later than the turn's own (standby.py).
+        bound_s = self.timeout_s if standby is not None else None
         try:
             await run_together(
-                _stage("brain", self._pump_brain(brain_call, req.turn_id, texts, timings, reply)),
-                _stage("tts", self._pump_tts(tts_call, req.turn_id, timings, spoken, playout)),
+                _stage("brain", self._pump_brain(brain_call, req.turn_id, texts, timings, reply), bound_s),
+                _stage("tts", self._pump_tts(tts_call, req.turn_id, timings, spoken, playout), bound_s),
                 self._play(playout),
             )
         finally:
@@ -260,10 +262,20 @@ async def run_together(*coroutines: Awaitable[Any]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _stage(name: str, work: Awaitable[None]) -> None:
-    """Name the upstream behind a gRPC failure, so the caller can say what failed."""
+async def _stage(name: str, work: Awaitable[None], bound_s: float | None = None) -> None:
+    """Name the upstream behind a gRPC failure, so the caller can say what failed. ``bound_s``:
+    the turn's own time limit on a call whose deadline is later; past it the stage fails as
+    that call's deadline would."""
     try:
-        await work
+        if bound_s is None:
+            await work
+            return
+        try:
+            async with asyncio.timeout(bound_s):
+                await work
+        except TimeoutError:
+            expired = grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, details="Deadline Exceeded")
+            raise expired from None
     except grpc.aio.AioRpcError as exc:
         raise TurnFailed(name, exc) from exc
 

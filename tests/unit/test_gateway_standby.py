@@ -126,3 +126,14 @@ async def test_off_every_turn_opens_its_calls_at_the_endpoint():
     assert brain.opened == [] and len(tts.opened) == 1  # Respond, and a stream opened then
     assert [r.text for r in brain.requests] == ["When do you open?"]
     await call.close()
+
+
+async def test_a_turn_on_calls_opened_ahead_still_gives_up_after_its_own_timeout():
+    """The calls' deadlines run from the onset plus ``MAX_AGE_S``: the turn keeps its own bound."""
+    brain, tts = FakeBrain(think_s=30), FakeTts()
+    call, ws = make_call(brain, tts, turn_timeout_s=0.3)
+    await say(call, 0, "When do you open?")
+    await until(lambda: "error" in ws.kinds(), timeout=3)
+    errors = [e for e in ws.sent if isinstance(e, dict) and e["type"] == "error"]
+    assert errors[0]["code"] == "upstream_unavailable" and "assistant" in errors[0]["message"]
+    await call.close()
