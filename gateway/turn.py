@@ -186,7 +186,8 @@ class TurnRunner:
         async def send(text: str | None) -> None:
             if text:
                 reply.append(text)
-                await texts.put(text)
+                texts.put_nowait(text)
+                await asyncio.sleep(0)  # TTS's request goes out first: the client's text can wait
                 await self.output.event("reply.delta", turn_id=turn_id, text=text)
 
         try:
