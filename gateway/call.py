@@ -744,8 +744,9 @@ class Call:
         self._end_utterance_spans("call_ended")
         if self.turn is not None:
             await cancel_task(self.turn.task)
-        if self._stt is not None:
-            await self._stt.close()
+        stt, self._stt = self._stt, None  # the link holds the call's methods: no cycle outlives it
+        if stt is not None:
+            await stt.close()
 
 
 UPSTREAM_NAMES = {"brain": "assistant", "tts": "speech synthesis"}
