@@ -26,7 +26,7 @@ from services.brain.session_store import SessionStore
 from services.brain.toolbox import build_registry
 from services.brain.tools import ToolRegistry
 from voicebot.common import event_loop
-from voicebot.common.grpc_server import serve_forever
+from voicebot.common.grpc_server import IdleCalls, serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.common.metrics import REDIS_ERRORS
 from voicebot.common.redis import connect_redis
@@ -66,6 +66,7 @@ def validate(request: brain_pb2.RespondRequest, ids_required=("session_id", "tur
 class BrainServicer(brain_pb2_grpc.BrainServicer):
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
+        self.idle_calls = IdleCalls()  # Converse calls still waiting for their start
 
     async def Respond(self, request: brain_pb2.RespondRequest, context: grpc.aio.ServicerContext,
                       committed: asyncio.Event | None = None):
@@ -103,7 +104,7 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
         # The headers go now: a call opened ahead of its turn then gets its first event without
         # them (~0.08 ms sooner on the bench's machine).
         await context.send_initial_metadata(())
-        first = await anext(aiter(requests), None)
+        first = await self.idle_calls.first(requests, context)
         if first is None or first.WhichOneof("request") != "start":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be start")
         committed, ended = asyncio.Event(), asyncio.Event()
@@ -231,8 +232,10 @@ async def run(settings: BrainSettings) -> None:
     log.info("profile loaded", extra={"profile": settings.profile or "(generic)", "bot": profile.name,
                                       "tools": [spec.name for spec in tools.specs()]})
 
+    servicer = BrainServicer(agent)
+
     def register(server: grpc.aio.Server) -> list[str]:
-        brain_pb2_grpc.add_BrainServicer_to_server(BrainServicer(agent), server)
+        brain_pb2_grpc.add_BrainServicer_to_server(servicer, server)
         return [brain_pb2.DESCRIPTOR.services_by_name["Brain"].full_name]
 
     async def on_stop() -> None:
@@ -249,7 +252,7 @@ async def run(settings: BrainSettings) -> None:
         await asyncio.wait_for(agent.warm_up(), settings.warm_up_timeout_s)
     except TimeoutError:
         log.warning("LLM warm-up did not finish in time; serving anyway")
-    await serve_forever("brain", settings, register, on_stop)
+    await serve_forever("brain", settings, register, on_stop, servicer.idle_calls)
 
 
 def main() -> None:

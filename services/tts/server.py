@@ -52,7 +52,7 @@ from services.tts.normalize import prepare
 from services.tts.pool import DeadlinePool
 from services.tts.segmenter import SentenceSegmenter, voiced
 from voicebot.common.audio import StreamResampler, float_to_pcm16
-from voicebot.common.grpc_server import serve_forever
+from voicebot.common.grpc_server import IdleCalls, serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
@@ -86,13 +86,14 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         self.settings = settings
         self.engine = engine
         self.pool = DeadlinePool(settings.workers)
+        self.idle_calls = IdleCalls()  # streams still waiting for their config
 
     async def StreamingSynthesize(self, request_iterator, context: grpc.aio.ServicerContext):
         # The headers go now: a stream opened ahead of its turn (gateway/standby.py) then gets
         # its first audio without them (~0.08 ms sooner on the bench's machine).
         await context.send_initial_metadata(())
         requests = aiter(request_iterator)
-        first = await anext(requests, None)
+        first = await self.idle_calls.first(requests, context)
         if first is None:
             return
         if first.WhichOneof("request") != "config":
@@ -252,7 +253,7 @@ def main() -> None:
         servicer.shutdown()
         shutdown_tracing()
 
-    asyncio.run(serve_forever("tts", settings, register, on_stop))
+    asyncio.run(serve_forever("tts", settings, register, on_stop, servicer.idle_calls))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -29,6 +30,7 @@ from voicebot.common.internal_auth import OPEN_METHODS, InternalAuthError, inter
 
 log = logging.getLogger(__name__)
 
+SHUTTING_DOWN = "this replica is shutting down; call again"
 # Large enough for a few seconds of 48 kHz audio in one message, small enough
 # that a hostile client cannot make us allocate much.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -57,6 +59,40 @@ class InternalTokenInterceptor(grpc.aio.ServerInterceptor):
     async def _refuse(_requests, context: grpc.aio.ServicerContext) -> None:
         # Raw bytes in (no deserializer): nothing the caller sent is parsed.
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid internal token")
+
+
+class IdleCalls:
+    """Streams opened ahead of their first message (the gateway opens a turn's calls when the
+    caller starts speaking: gateway/standby.py). A draining server ends them at once with
+    UNAVAILABLE: their turn then opens fresh calls, which the load balancer sends to another
+    replica, instead of finding its call cut at the end of the grace period (and the drain
+    does not wait out the grace period for streams that never started)."""
+
+    def __init__(self) -> None:
+        self._waiting: set[asyncio.Task] = set()
+        self._draining = False
+
+    async def first(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        """The call's first message; None when the client half-closed without one."""
+        task = asyncio.current_task()
+        assert task is not None
+        if self._draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+        self._waiting.add(task)
+        try:
+            return await anext(aiter(requests), None)
+        except asyncio.CancelledError:
+            if not self._draining:
+                raise  # the client cancelled it
+            task.uncancel()
+            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+        finally:
+            self._waiting.discard(task)
+
+    def drain(self) -> None:
+        self._draining = True
+        for task in self._waiting:
+            task.cancel()
 
 
 def server_interceptors(token: str | None) -> list[grpc.aio.ServerInterceptor]:
@@ -124,8 +160,10 @@ async def serve_forever(
     settings: ServiceSettings,
     register: Callable[[grpc.aio.Server], list[str]],
     on_stop: Callable[[], Awaitable[None]] | None = None,
+    idle_calls: IdleCalls | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT, then drain gracefully. Prints one READY line for launchers."""
+    """Run until SIGTERM/SIGINT, then drain gracefully (``idle_calls`` end at once). Prints one
+    READY line for launchers."""
     collector = gc_tuning.configured()  # a bad VOICEBOT_GC stops the service before it serves
     try:
         running = await start_server(settings, register)
@@ -144,6 +182,8 @@ async def serve_forever(
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("draining", extra={"grace_seconds": settings.drain_seconds})
+    if idle_calls is not None:
+        idle_calls.drain()
     await running.drain(settings.drain_seconds)
     if on_stop is not None:
         await on_stop()
