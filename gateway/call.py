@@ -330,7 +330,6 @@ class Call:
             span.set_attribute("voicebot.turn.outcome", outcome)
             span.end()
         self._utterance_spans.clear()
-        self._take_standby(None)
 
     def _open_standby(self, utterance: int) -> None:
         """The calls this utterance's turn will need, opened now, under its trace (standby.py)."""
@@ -390,6 +389,7 @@ class Call:
     async def _on_stt_ended(self) -> None:
         """A stream ended: its utterances are gone (a new one numbers them afresh)."""
         self._end_utterance_spans("stt_stream_ended")
+        self._take_standby(None)
         self._pending_timings = None
         self._utterance_open = False
         await self._apply(self._barge_in.stt_ended())
