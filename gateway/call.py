@@ -96,6 +96,25 @@ class ActiveTurn:
         return not self.task.done() or self.spoken.playing(now)
 
 
+@dataclass
+class TurnStart:
+    """How a turn's calls begin: a reply started before the endpoint (preemptive.py), the calls
+    opened at the onset (standby.py), and the brain's call once the request went out."""
+
+    early: EarlyReply | None = None
+    standby: StandbyCalls | None = None
+    brain_call: Any = None
+
+    def release(self, _task: asyncio.Task | None = None) -> None:
+        """The turn's task ended: its calls end too, even if the task never ran (cancelled
+        before its first step, it runs no ``finally``); a call that is over stays as it is."""
+        if self.standby is not None:
+            self.standby.cancel()
+        for call in (self.early.call if self.early is not None else None, self.brain_call):
+            if call is not None:
+                call.cancel()
+
+
 class TurnChannel:
     """A turn's output: its audio goes out only while it is the live, unpaused turn."""
 
@@ -613,19 +632,21 @@ class Call:
         span.set_attributes(ids(self.session_id, turn_id))
         if record_content():  # what people said stays out of traces unless an operator opts in
             span.set_attribute("voicebot.turn.text", text)
+        start = TurnStart(early, standby)
         turn.task = asyncio.create_task(self._traced_turn(span, previous, turn, request, timings,
-                                                          transcribed, early, standby))
+                                                          transcribed, start))
+        turn.task.add_done_callback(start.release)
         self.turn = turn
         self._became_busy()
 
     async def _traced_turn(self, span: trace.Span, previous: ActiveTurn | None, turn: ActiveTurn,
                            request: TurnRequest, timings: TurnTimings, transcribed: bool,
-                           early: EarlyReply | None = None, standby: StandbyCalls | None = None) -> None:
+                           start: TurnStart) -> None:
         """The turn under its root span: brain and TTS calls carry it in their metadata."""
         outcome = "interrupted"
         try:
             with trace.use_span(span, end_on_exit=False):
-                outcome = await self._turn(previous, turn, request, timings, transcribed, early, standby)
+                outcome = await self._turn(previous, turn, request, timings, transcribed, start)
         finally:
             span.set_attribute("voicebot.turn.outcome", outcome)
             for stage, ms in timings.stages_ms().items():
@@ -634,28 +655,13 @@ class Call:
             span.end()
 
     async def _turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
-                    timings: TurnTimings, transcribed: bool, early: EarlyReply | None = None,
-                    standby: StandbyCalls | None = None) -> str:
-        try:
-            return await self._run_turn(previous, turn, request, timings, transcribed, early, standby)
-        finally:
-            if standby is not None:
-                standby.cancel()  # what the turn did not take (all of it, if it ended first)
-
-    async def _run_turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
-                        timings: TurnTimings, transcribed: bool, early: EarlyReply | None,
-                        standby: StandbyCalls | None) -> str:
+                    timings: TurnTimings, transcribed: bool, start: TurnStart) -> str:
         await self._end_previous(previous)
-        request.previous_reply, self.previous_reply = self.previous_reply, None
+        self._send_brain(turn, request, timings, start)
+        brain_call = start.brain_call
         runner = self._runner(turn)
         # The brain starts before transcript.final goes out (no reply.delta can precede it: the
         # call's events are read only in runner.run).
-        if early is not None:
-            if standby is not None:
-                standby.release_brain()
-            brain_call = early.commit()
-        else:
-            brain_call = runner.start_brain(request, timings, standby)
         try:
             if transcribed:
                 await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
@@ -663,7 +669,7 @@ class Call:
             brain_call.cancel()  # interrupted before the turn could take the call
             raise
         try:
-            reply = await runner.run(request, timings, turn.spoken, turn.playout, brain_call, standby)
+            reply = await runner.run(request, timings, turn.spoken, turn.playout, brain_call, start.standby)
         except asyncio.CancelledError:
             TURNS.labels("interrupted").inc()
             if timings.first_audio is not None:
@@ -684,6 +690,18 @@ class Call:
         await self.send_event("turn.metrics", turn_id=request.turn_id, ms=timings.observe(trace_id_hex()))
         await self.on_turn_over(turn, "completed")
         return "completed"
+
+    def _send_brain(self, turn: ActiveTurn, request: TurnRequest, timings: TurnTimings,
+                    start: TurnStart) -> None:
+        """The turn's request to the brain, once the previous turn is over: its preemptive reply
+        committed, or the request down the calls opened at the onset, or on a new call."""
+        request.previous_reply, self.previous_reply = self.previous_reply, None
+        if start.early is not None:
+            if start.standby is not None:
+                start.standby.release_brain()
+            start.brain_call = start.early.commit()
+        else:
+            start.brain_call = self._runner(turn).start_brain(request, timings, start.standby)
 
     async def _end_previous(self, previous: ActiveTurn | None) -> None:
         if previous is not None and previous.audible(time.perf_counter()):

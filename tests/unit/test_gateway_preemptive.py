@@ -151,3 +151,16 @@ def _timings():
     from tests.unit.test_bargein_logic import _timings as timings
 
     return timings()
+
+
+async def test_a_committed_turn_cancelled_before_its_task_ran_ends_the_early_call():
+    brain = ConverseBrain()
+    call, _ws = make_call(brain, FakeTts(), standby_calls=False)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call._on_stt_event(speculative(0, "When do you open?"))
+    await asyncio.sleep(0.05)
+    await call._on_stt_event(transcript(0, "When do you open?", 1000, 2000, final=True))
+    call.turn.task.cancel()  # before its first step: it never commits, and runs no finally
+    await asyncio.sleep(0.05)
+    assert brain.calls[0].cancelled and brain.committed == []
+    await call.close()

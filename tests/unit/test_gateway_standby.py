@@ -137,3 +137,15 @@ async def test_a_turn_on_calls_opened_ahead_still_gives_up_after_its_own_timeout
     errors = [e for e in ws.sent if isinstance(e, dict) and e["type"] == "error"]
     assert errors[0]["code"] == "upstream_unavailable" and "assistant" in errors[0]["message"]
     await call.close()
+
+
+async def test_a_turn_cancelled_before_its_task_ran_leaves_no_call_open():
+    """A cancelled task that never started runs no ``finally``: its calls end by its done callback."""
+    brain, tts = FakeBrain(), FakeTts()
+    call, _ws = make_call(brain, tts)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    call.turn.task.cancel()  # e.g. a barge-in decided in the same loop turn
+    await asyncio.sleep(0.05)
+    assert brain.opened[0].cancelled and tts.opened[0].cancelled
+    await call.close()
