@@ -12,7 +12,8 @@ A standby belongs to one utterance: it carries that utterance's trace context (i
 span), so an utterance that makes no turn (no words, a false start) cancels it, and the next
 utterance opens its own. A turn takes it only while it is young enough for its deadline to
 cover a whole turn after it (``MAX_AGE_S``) and both calls are still open (an upstream that
-restarted ended them); otherwise the turn opens fresh calls as before. Cancelled with the call.
+restarted ended them, or one that is draining: ``IdleCalls`` in voicebot/common/grpc_server.py);
+otherwise the turn opens fresh calls as before. Cancelled with the call.
 ``GATEWAY_STANDBY_CALLS=false`` turns it off (the bench's ``no-standby`` variant).
 """
 
