@@ -98,21 +98,20 @@ class ActiveTurn:
 
 @dataclass
 class TurnStart:
-    """How a turn's calls begin: a reply started before the endpoint (preemptive.py), the calls
-    opened at the onset (standby.py), and the brain's call once the request went out."""
+    """The calls a turn begins with: a reply started before the endpoint (preemptive.py), the
+    calls opened at the onset (standby.py)."""
 
     early: EarlyReply | None = None
     standby: StandbyCalls | None = None
-    brain_call: Any = None
 
     def release(self, _task: asyncio.Task | None = None) -> None:
-        """The turn's task ended: its calls end too, even if the task never ran (cancelled
-        before its first step, it runs no ``finally``); a call that is over stays as it is."""
+        """The turn's task ended: these calls end too, even if the task never ran (cancelled
+        before its first step, it runs no ``finally``); a call that is over stays as it is.
+        A brain call the turn did make is ended by the turn itself (``TurnRunner.run``)."""
         if self.standby is not None:
             self.standby.cancel()
-        for call in (self.early.call if self.early is not None else None, self.brain_call):
-            if call is not None:
-                call.cancel()
+        if self.early is not None:
+            self.early.call.cancel()
 
 
 class TurnChannel:
@@ -657,9 +656,8 @@ class Call:
     async def _turn(self, previous: ActiveTurn | None, turn: ActiveTurn, request: TurnRequest,
                     timings: TurnTimings, transcribed: bool, start: TurnStart) -> str:
         await self._end_previous(previous)
-        self._send_brain(turn, request, timings, start)
-        brain_call = start.brain_call
         runner = self._runner(turn)
+        brain_call = self._send_brain(runner, request, timings, start)
         # The brain starts before transcript.final goes out (no reply.delta can precede it: the
         # call's events are read only in runner.run).
         try:
@@ -691,17 +689,16 @@ class Call:
         await self.on_turn_over(turn, "completed")
         return "completed"
 
-    def _send_brain(self, turn: ActiveTurn, request: TurnRequest, timings: TurnTimings,
-                    start: TurnStart) -> None:
-        """The turn's request to the brain, once the previous turn is over: its preemptive reply
-        committed, or the request down the calls opened at the onset, or on a new call."""
+    def _send_brain(self, runner: TurnRunner, request: TurnRequest, timings: TurnTimings,
+                    start: TurnStart):
+        """The turn's brain call, its request sent once the previous turn is over: its preemptive
+        reply committed, or the request down the calls opened at the onset, or on a new call."""
         request.previous_reply, self.previous_reply = self.previous_reply, None
         if start.early is not None:
             if start.standby is not None:
                 start.standby.release_brain()
-            start.brain_call = start.early.commit()
-        else:
-            start.brain_call = self._runner(turn).start_brain(request, timings, start.standby)
+            return start.early.commit()
+        return runner.start_brain(request, timings, start.standby)
 
     async def _end_previous(self, previous: ActiveTurn | None) -> None:
         if previous is not None and previous.audible(time.perf_counter()):

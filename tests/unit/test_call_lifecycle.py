@@ -12,15 +12,8 @@ import asyncio
 import gc
 import weakref
 
-from tests.unit.test_bargein_logic import (
-    FakeBrain,
-    FakeTts,
-    end_of_utterance,
-    make_call,
-    speech_started,
-    transcript,
-    until,
-)
+from tests.unit.test_bargein_logic import FakeBrain, FakeTts, make_call, until
+from tests.unit.test_gateway_standby import say
 
 SILENCE = bytes(640)  # 20 ms of 16 kHz PCM16
 
@@ -28,9 +21,7 @@ SILENCE = bytes(640)  # 20 ms of 16 kHz PCM16
 async def a_call_that_took_a_turn_and_ended() -> weakref.ref:
     call, ws = make_call(FakeBrain(), FakeTts())
     await call._on_audio(SILENCE)  # the STT link opens with the first audio
-    await call._on_stt_event(speech_started(0, onset_ms=0))
-    await call._on_stt_event(end_of_utterance(0, 800))
-    await call._on_stt_event(transcript(0, "When do you open?", 0, 800, final=True))
+    await say(call, 0, "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())
     await call.close()
     await asyncio.sleep(0.05)  # the call's tasks finish ending
