@@ -56,6 +56,7 @@ from voicebot.devstack import (
 RATE = 16000
 FRAME = RATE // 50 * 2  # 20 ms of PCM16
 TOKEN = "tok-v2v"
+USER = "bench"  # whom TOKEN stands for
 VOICES = [("piper", 0), ("espeak", ("en-us", 165)), ("espeak", ("en-gb", 180)), ("espeak", ("en-us+f3", 150))]
 QUESTIONS = [
     "Do you have vegetarian dishes?", "Can I bring my dog?", "Is there parking nearby?",
@@ -112,6 +113,9 @@ class Turn:
     stages: dict[str, Any] = field(default_factory=dict)
     reply: str = ""
     heard: str = ""  # the final transcript(s) the turn ran on
+    session_id: str = ""
+    turn_id: str = ""
+    record: dict[str, Any] = field(default_factory=dict)  # the brain's, in brief: ``brief_record``
 
     def read_back(self, opening: str) -> bool:
         """Code's read-back of a pending action: it opens with the profile's confirm sentence."""
@@ -136,6 +140,8 @@ class Microphone:
     def __init__(self, ws, output_rate: int) -> None:
         self.ws = ws
         self.output_rate = output_rate
+        self.session_id = ""
+        self.turn_id = ""  # the last reply's
         self.pending: list[bytes] = []
         self.last_speech_sent: float | None = None
         self.received: list[tuple[float, str, Any]] = []
@@ -183,6 +189,7 @@ class Microphone:
         metrics = dict(next((e["ms"] for _, kind, e in events if kind == "turn.metrics"), {}))
         reply = next((e.get("text", "") for _, kind, e in events if kind == "reply.done"), "")
         heard = " ".join(e.get("text", "") for _, kind, e in events if kind == "transcript.final")
+        self.turn_id = next((e.get("turn_id", "") for _, kind, e in events if kind == "reply.done"), "")
         metrics["longest_gap"] = longest_gap(events, self.output_rate) if first_audio else None
         await asyncio.sleep(0.6)  # the client's playback buffer drains: the caller heard it all
         return (first_audio - ended) * 1000 if first_audio and ended else None, metrics, reply, heard
@@ -221,6 +228,7 @@ async def caller(url: str):
         while (started := json.loads(await asyncio.wait_for(ws.recv(), 10))).get("type") != "session.started":
             pass
         mic = Microphone(ws, started["audio"]["sample_rate"])
+        mic.session_id = started.get("session_id") or ""
         try:
             await asyncio.sleep(1.0)  # a little silence first, as when a call connects
             yield mic
@@ -240,7 +248,8 @@ async def run_case(case: str, url: str, texts: list[str], per_session: int,
                 voice = voices[places[start + index] % len(voices)]
                 pcm = await asyncio.to_thread(speech, text, voice)
                 v2v, stages, reply, heard = await mic.say(pcm)
-                turn = Turn(case, text, f"{voice[0]} {voice[1] or ''}".strip(), v2v, stages, reply, heard)
+                turn = Turn(case, text, f"{voice[0]} {voice[1] or ''}".strip(), v2v, stages, reply, heard,
+                            mic.session_id, mic.turn_id)
                 turns.append(turn)
                 shown = f"{v2v:.0f} ms" if v2v is not None else "no audio"
                 parts = " ".join(str(stages.get(s)) for s in PER_TURN)
@@ -268,6 +277,74 @@ def summarise(turns: list[Turn], blocked_sentence: str = "", read_back_opening: 
             "client_v2v_ms": stat(measured),
             "stages_ms": {s: stat([t.stages[s] for t in turns if t.stages.get(s) is not None])
                           for s in STAGES}}
+
+
+def brief_record(record: dict[str, Any]) -> dict[str, Any]:
+    """What a turn's brain record says of where its LLM time went: the guard's verdict (by the
+    screen or the LLM, and its ms from the turn's start), how far ahead of its commit the turn
+    started (a preemptive turn's head start), and each model call's new (uncached) prompt tokens
+    and time to first token."""
+    guard = record.get("guard") or {}
+    calls = [{"purpose": call.get("purpose", "reply"), "ttft_ms": call.get("ttft_ms"),
+              "new_tokens": (call["prompt_tokens"] - (call.get("cached_tokens") or 0)
+                             if call.get("prompt_tokens") is not None else None)}
+             for call in record.get("llm_calls", [])]
+    return {"outcome": record.get("outcome"), "committed_ms": record.get("committed_ms"),
+            "guard_by": guard.get("by"), "guard_ms": guard.get("ms"), "llm_calls": calls}
+
+
+async def attach_records(redis_url: str, turns: list[Turn]) -> None:
+    """Each turn's brain record, in brief (``brief_record``), from the session's records in Redis
+    (the last one of its turn id: a discarded preemptive start leaves a "cancelled" one first)."""
+    from services.brain.session_store import SessionStore
+    from voicebot.common.redis import connect_redis
+
+    redis = connect_redis(redis_url)
+    store = SessionStore(redis, ttl_s=3600)
+    try:
+        for session_id in {t.session_id for t in turns if t.session_id}:
+            by_turn = {r.get("turn_id"): r for r in await store.records(USER, session_id)}
+            for turn in turns:
+                if turn.session_id == session_id and turn.turn_id in by_turn:
+                    turn.record = brief_record(by_turn[turn.turn_id])
+    finally:
+        await redis.aclose()
+
+
+def time_per_turn(turns: list[Turn]) -> str:
+    """A line per turn: the client's v2v, the gateway's llm_ttft, then the brain's record."""
+    lines = []
+    for t in turns:
+        r = t.record
+        calls = " ".join(f"{c['purpose']}:{c['new_tokens']}new/{c['ttft_ms']}ms"
+                         for c in r.get("llm_calls", []))
+        v2v = f"{t.v2v_ms:.0f}" if t.v2v_ms is not None else "–"
+        guard = f"{r.get('guard_by') or '–'}:{r.get('guard_ms')!s:>4s}"
+        lines.append(f"  {t.case[:28]:28s} {v2v:>5s} ttft {t.stages.get('llm_ttft')!s:>4s} | head start "
+                     f"{r.get('committed_ms')!s:>4s} guard {guard} | {calls:34s} | {t.heard[:40]}")
+    return "\n".join(lines)
+
+
+def guard_summary(turns: list[Turn]) -> dict[str, Any]:
+    """Per case: verdicts by who gave them, and the p50s of the guard's ms, the head start and the
+    first model call's new tokens and time to first token, over the turns the LLM judged and
+    the rest."""
+    def p50(values: list[Any]) -> float | None:
+        values = [v for v in values if v is not None]
+        return percentile(values, 0.5) if values else None
+
+    out: dict[str, Any] = {}
+    for by in ("llm", "screen", None):
+        group = [t for t in turns if t.record and t.record.get("guard_by") == by]
+        if not group:
+            continue
+        first = [t.record["llm_calls"][0] if t.record["llm_calls"] else {} for t in group]
+        out[by or "none"] = {"turns": len(group), "guard_ms_p50": p50([t.record["guard_ms"] for t in group]),
+                             "head_start_ms_p50": p50([t.record["committed_ms"] for t in group]),
+                             "llm_ttft_ms_p50": p50([t.stages.get("llm_ttft") for t in group]),
+                             "first_call_ttft_ms_p50": p50([c.get("ttft_ms") for c in first]),
+                             "first_call_new_tokens_p50": p50([c.get("new_tokens") for c in first])}
+    return out
 
 
 async def metrics_text(metrics_port: int) -> str:
@@ -390,7 +467,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         for name, guard, screen in (("guard-on", "true", "true"), ("guard-off", "false", "true"),
                                     ("guard-llm", "true", "false")):
             brains[name], gateway = start_brain_and_gateway(
-                stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
+                stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}={USER}", stt=stt, tts=tts,
                 name=name, brain_env={**profile_env, **llm_env, **same_words_env(llm_env),
                                       "BRAIN_GUARD_ENABLED": guard, "BRAIN_GUARD_SCREEN": screen})
             pairs[name] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
@@ -409,6 +486,9 @@ async def main_async(rounds: int) -> dict[str, Any]:
         sentences = load_profile("restaurant").sentences
         read_back = opening(sentences.confirm)
         results = {case: summarise(turns, sentences.blocked, read_back) for case, turns in runs.items()}
+        await attach_records(redis_url, [t for case_turns in runs.values() for t in case_turns])
+        results["time_per_turn"] = "\n".join(time_per_turn(case_turns) for case_turns in runs.values())
+        results["guard_by_case"] = {case: guard_summary(turns) for case, turns in runs.items()}
         results["stt_decodes"] = await stt_decodes(stt.ready["metrics"])
         results["guard_verdicts"] = {name: await guard_verdicts(brains[name].ready["metrics"])
                                      for name in ("guard-on", "guard-llm")}
@@ -471,10 +551,14 @@ def main() -> None:
     # A SIGTERM (timeout, kill) unwinds like Ctrl-C, so the stack this bench started is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = asyncio.run(main_async(args.rounds))
+    print("\nwhere each turn's LLM time went (client v2v, gateway llm_ttft; the brain's record: head"
+          " start before the commit, guard by:ms, model calls new tokens/ttft; words heard):")
+    print(results.pop("time_per_turn"))
     print()
     print(table({k: v for k, v in results.items() if isinstance(v, dict) and "turns" in v}))
     print("\nSTT decodes:", json.dumps(results["stt_decodes"]))
     print("\nguard verdicts (by, verdict: count):", json.dumps(results["guard_verdicts"]))
+    print("by who judged each turn (p50s):", json.dumps(results["guard_by_case"], indent=1))
     for key, what in (("guard_adds_to_p50", "guard adds"),
                       ("llm_only_guard_adds_to_p50", "LLM-only guard adds")):
         if results[key] is not None:

@@ -108,6 +108,9 @@ class TurnRun:
     unreachable: bool = False  # a tool server was down: code says it cannot check
     first_text_at: float | None = None
     record: dict[str, Any] = field(default_factory=dict)
+    # Cleared while the topic guard's screen judges the words; set again once it passed them or
+    # the guard's LLM call is on its way. The turn's model calls wait for it (``Agent._respond``).
+    guard_asked: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
 
     @property
     def state(self) -> SessionState:
@@ -221,14 +224,22 @@ class Agent:
         guard = None
         turn.screen_later = self.guard is not None and self._change_read_by_code(turn)
         if self.guard is not None and not self._skips_guard(turn) and not turn.screen_later:
-            guard = asyncio.create_task(self.guard.check(request.text, request.language))
+            # The reply's first model call waits for the screen (~7 ms): when the LLM must judge,
+            # the guard's call reaches the LLM server first and the two prefill together. Sent
+            # behind the reply's, the guard's prefill waited for it, and the held reply for the
+            # verdict: 547 ms after the turn's start against 401 when sent together (p50, make
+            # bench-v2v, 2026-12-04), with the reply's own first text at 265.
+            turn.guard_asked.clear()
+            guard = asyncio.create_task(self.guard.check(request.text, request.language,
+                                                         asking=turn.guard_asked.set))
+            guard.add_done_callback(lambda _: turn.guard_asked.set())
         else:
             passed.set()
             if self.guard is not None:
                 turn.record["guard"] = {"allowed": True, "reason": (
                     "a change to the read-back" if turn.screen_later else "dialogue act in an ongoing task")}
         cleared = asyncio.Event()  # the guard passed and the turn is committed: tools may run
-        clearing = asyncio.create_task(self._clear(passed, committed, cleared))
+        clearing = asyncio.create_task(self._clear(turn, passed, committed, cleared))
         main = asyncio.create_task(self._main(turn, cleared, events))
         recorded = False
         try:
@@ -255,10 +266,13 @@ class Agent:
                 # Cancelled (barge-in) or failed: recorded in the background, the turn is gone.
                 self._background_record(turn, "cancelled")
 
-    @staticmethod
-    async def _clear(passed: asyncio.Event, committed: asyncio.Event, cleared: asyncio.Event) -> None:
-        await passed.wait()
+    async def _clear(self, turn: TurnRun, passed: asyncio.Event, committed: asyncio.Event,
+                     cleared: asyncio.Event) -> None:
         await committed.wait()
+        # How far ahead of its commit the turn started: a preemptive turn's head start on the
+        # endpoint (a turn committed at once: ~0).
+        turn.record["committed_ms"] = round((self.clock() - turn.started) * 1000)
+        await passed.wait()
         cleared.set()
 
     async def _store_blocked(self, turn: TurnRun) -> None:
@@ -692,6 +706,7 @@ class Agent:
         call_record: dict[str, Any] = {"messages": len(messages), "tools": use_tools}
         turn.record["llm_calls"].append(call_record)
         tools = self.tools.definitions() if use_tools else None
+        await turn.guard_asked.wait()
         try:
             async for chunk in self.chat(messages, tools=tools, tool_choice=tool_choice):
                 structured.add(chunk.tool_calls)
@@ -883,6 +898,11 @@ class Agent:
             await self.store.add_record(turn.request.user_id, turn.request.session_id, turn.record)
         except Exception:  # a lost record must not fail a turn
             log.exception("could not store the turn record")
+
+
+def _set(event: asyncio.Event) -> asyncio.Event:
+    event.set()
+    return event
 
 
 def _with_queued(first: Any, queue: asyncio.Queue) -> list[Any]:

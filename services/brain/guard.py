@@ -23,6 +23,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.brain.guard_screen import ExampleScreen, ScreenResult
@@ -79,17 +80,23 @@ class TopicGuard:
         self.block_above = block_above
         self.screen = screen
 
-    async def check(self, text: str, language: str = "en") -> GuardVerdict:
+    async def check(self, text: str, language: str = "en",
+                    asking: Callable[[], None] | None = None) -> GuardVerdict:
         """The caller's words alone. What the assistant said before is left out on purpose:
         measured with the packaged 1.5B model, "Assistant said: ..." before an ordinary question
         made it BLOCK half of them ("Can I bring my own wine?"), which it ALLOWs on their own;
-        answers inside a task never reach the guard at all (``dialog.is_dialogue_act``)."""
+        answers inside a task never reach the guard at all (``dialog.is_dialogue_act``).
+
+        ``asking`` is called once the screen has not passed the words, right before the LLM is
+        asked: the turn holds its own first model call until then (``Agent._respond``)."""
         with TRACER.start_as_current_span("guard.check") as span:
             started = time.perf_counter()
             screened = await self.screened(text, language)
             if screened is not None and screened.passed:
                 verdict = self._verdict(True, screened.reason, started, by="screen")
             else:
+                if asking is not None:
+                    asking()
                 verdict = await self._check(text, started)
             span.set_attributes({"voicebot.guard.allowed": verdict.allowed,
                                  "voicebot.guard.by": verdict.by,

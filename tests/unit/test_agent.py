@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 import uuid
 
 import pytest
@@ -351,6 +352,47 @@ async def test_a_turn_the_screen_passes_asks_no_guard_and_says_who_decided(brain
     assert (blocked["by"], blocked["allowed"]) == ("llm", False)
 
 
+class SlowScreenEncoder(FakeSentenceEncoder):
+    """Takes ``seconds`` per encode, as the real one takes a few ms of a worker thread; notes when
+    each encode ended."""
+
+    def __init__(self, vectors, seconds: float) -> None:
+        super().__init__(vectors)
+        self.seconds, self.ended = seconds, []
+
+    def encode(self, texts):
+        time.sleep(self.seconds)
+        self.ended.append(time.monotonic())
+        return super().encode(texts)
+
+
+async def test_the_reply_asks_the_model_only_once_the_screen_has_judged(brain):
+    """The screen takes 0.2 s here. Words the LLM guard must judge: its call reaches the LLM server
+    before the reply's, so the server prefills the two together instead of the guard's after the
+    reply's (whose text waits for the verdict). Words the screen passes: the reply's call goes
+    once the screen is done, and the guard's LLM is never asked."""
+    make, _, llm, _ = brain
+    arrived: list[tuple[str, float]] = []
+
+    def script(body):
+        arrived.append(("guard" if is_guard(body) else "reply", time.monotonic()))
+        return "ALLOW" if is_guard(body) else "Yes, behind the building."
+
+    llm.script = script
+    agent = make(guard=True)
+    encoder = SlowScreenEncoder({"Is there parking?": [1, 0], "Write code.": [0, 1],
+                                 "do you have parking?": [0.95, 0.1], "is it far?": [0.5, 0.5]}, 0.2)
+    agent.guard.screen = ExampleScreen(encoder, ["Is there parking?"], ["Write code."], common_blocks=())
+
+    assert spoken(await run(agent, request("do you have parking?"))) == "Yes, behind the building."
+    assert [who for who, _ in arrived] == ["reply"]
+    assert arrived[0][1] >= encoder.ended[-1]
+
+    arrived.clear()
+    assert spoken(await run(agent, request("is it far?"))) == "Yes, behind the building."
+    assert [who for who, _ in arrived] == ["guard", "reply"]
+
+
 # ---- context, history, cancellation -------------------------------------------
 async def test_prompt_prefix_is_byte_stable_between_calls(brain):
     make, _, llm, _ = brain
@@ -601,3 +643,25 @@ async def test_a_warm_up_slower_than_the_first_token_timeout_is_asked_again_then
     assert asked == ["main", "main", "guard"]
     await chat.aclose()
     await redis.aclose()
+
+
+async def test_the_record_says_how_far_ahead_of_its_commit_a_turn_started(brain):
+    """A preemptive turn committed 0.2 s after it started, and a turn committed from the start."""
+    make, store, llm, _ = brain
+    llm.script = lambda b: "We open at six."
+    agent = make()
+    early, committed = request("when do you open?"), asyncio.Event()
+
+    async def commit_later():
+        await asyncio.sleep(0.2)
+        committed.set()
+
+    committing = asyncio.create_task(commit_later())
+    assert spoken([e async for e in agent.respond(early, committed)]) == "We open at six."
+    await committing
+    at_once = request("when do you open?")
+    await run(agent, at_once)
+    ahead = (await store.records("alice", early.session_id))[-1]
+    plain = (await store.records("alice", at_once.session_id))[-1]
+    assert ahead["committed_ms"] >= 150 and ahead["committed_ms"] <= ahead["ms"]
+    assert plain["committed_ms"] <= plain["ms"] and plain["committed_ms"] < ahead["committed_ms"]

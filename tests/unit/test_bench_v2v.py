@@ -137,3 +137,40 @@ def test_every_case_samples_its_replies_with_one_seed_on_top_of_the_servers_fiel
         "BRAIN_LLM_EXTRA_BODY"])
     assert body == {"id_slot": 0, "cache_prompt": True, "seed": SEED}
     assert json.loads(same_words_env({})["BRAIN_LLM_EXTRA_BODY"]) == {"seed": SEED}  # the fallback server
+
+
+async def test_each_turn_gets_its_brain_record_in_brief_and_a_case_its_p50s_by_who_judged(redis_url):
+    """Two sessions' records in Redis, as the brain stores them: a question the LLM guard judged
+    (after a discarded preemptive start of the same turn id) and one the screen passed."""
+    import redis.asyncio as aioredis
+
+    from services.brain.session_store import SessionStore
+    from voicebot.bench_v2v import USER, Turn, attach_records, guard_summary, time_per_turn
+
+    redis = aioredis.Redis.from_url(redis_url)
+    store = SessionStore(redis, 60)
+    call = {"ttft_ms": 420, "prompt_tokens": 900, "cached_tokens": 889}
+    await store.add_record(USER, "s1", {"turn_id": "t1", "outcome": "cancelled", "llm_calls": []})
+    await store.add_record(USER, "s1", {"turn_id": "t1", "outcome": "completed", "committed_ms": 180,
+                                        "guard": {"by": "llm", "ms": 421}, "llm_calls": [call]})
+    await store.add_record(USER, "s2", {"turn_id": "t1", "outcome": "completed", "committed_ms": 190,
+                                        "guard": {"by": "screen", "ms": 15},
+                                        "llm_calls": [{**call, "ttft_ms": 250}]})
+    await redis.aclose()
+    judged = Turn("q", "Is there a dress code?", "piper", 800, {"llm_ttft": 240},
+                  session_id="s1", turn_id="t1")
+    screened = Turn("q", "Can I bring my dog?", "piper", 600, {"llm_ttft": 60}, session_id="s2", turn_id="t1")
+    unknown = Turn("q", "Hello?", "piper", None, {}, session_id="s3", turn_id="t9")
+
+    await attach_records(redis_url, [judged, screened, unknown])
+
+    assert judged.record == {"outcome": "completed", "committed_ms": 180, "guard_by": "llm", "guard_ms": 421,
+                             "llm_calls": [{"purpose": "reply", "ttft_ms": 420, "new_tokens": 11}]}
+    assert screened.record["guard_by"] == "screen" and unknown.record == {}
+    summary = guard_summary([judged, screened, unknown])
+    assert summary["llm"] == {"turns": 1, "guard_ms_p50": 421, "head_start_ms_p50": 180,
+                              "llm_ttft_ms_p50": 240, "first_call_ttft_ms_p50": 420,
+                              "first_call_new_tokens_p50": 11}
+    assert summary["screen"]["llm_ttft_ms_p50"] == 60 and "none" not in summary
+    lines = time_per_turn([judged, screened]).splitlines()
+    assert "guard llm: 421" in lines[0] and "reply:11new/420ms" in lines[0]
