@@ -224,12 +224,13 @@ class Agent:
         guard = None
         turn.screen_later = self.guard is not None and self._change_read_by_code(turn)
         if self.guard is not None and not self._skips_guard(turn) and not turn.screen_later:
-            # The reply's first model call waits for the screen (~7 ms): when the LLM must judge,
-            # the guard's call reaches the LLM server first and the two prefill together. Sent
-            # behind the reply's, the guard's prefill waited for it, and the held reply for the
-            # verdict: 547 ms after the turn's start against 401 when sent together (p50, make
-            # bench-v2v, 2026-12-04), with the reply's own first text at 265.
-            turn.guard_asked.clear()
+            # The reply's first model call waits for the screen (~7 ms; ``guard_screen_first``):
+            # when the LLM must judge, the guard's call reaches the LLM server first and the two
+            # prefill in one batch. Sent behind the reply's, the guard's prefill waited for it,
+            # and the held reply for the verdict: 547 ms after the turn's start against 418 when
+            # sent together (p50, make bench-v2v, 2026-12-04), the reply's own first text at 265.
+            if self.settings.guard_screen_first:
+                turn.guard_asked.clear()
             guard = asyncio.create_task(self.guard.check(request.text, request.language,
                                                          asking=turn.guard_asked.set))
             guard.add_done_callback(lambda _: turn.guard_asked.set())

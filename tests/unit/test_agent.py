@@ -392,6 +392,14 @@ async def test_the_reply_asks_the_model_only_once_the_screen_has_judged(brain):
     assert spoken(await run(agent, request("is it far?"))) == "Yes, behind the building."
     assert [who for who, _ in arrived] == ["guard", "reply"]
 
+    # BRAIN_GUARD_SCREEN_FIRST=false (vLLM on a GPU): the reply's call goes at once, before the
+    # screen has judged the words; its text is still held until the guard passes them.
+    agent.settings.guard_screen_first = False
+    arrived.clear()
+    assert spoken(await run(agent, request("do you have parking?"))) == "Yes, behind the building."
+    assert [who for who, _ in arrived] == ["reply"]
+    assert arrived[0][1] < encoder.ended[-1]
+
 
 # ---- context, history, cancellation -------------------------------------------
 async def test_prompt_prefix_is_byte_stable_between_calls(brain):
