@@ -62,6 +62,7 @@ from services.brain.prefill import WordsPrefill, key_of
 from services.brain.profile import Profile
 from services.brain.prompts import system_prompt
 from services.brain.references import References, UnknownReference
+from services.brain.refusals import is_refusal
 from services.brain.session_store import SessionHistory, SessionStore, Turn
 from services.brain.spoken import SpokenTextCleaner
 from services.brain.state import SessionState
@@ -406,7 +407,8 @@ class Agent:
         # blocks stayed in the history and the packaged model took an older time from them:
         # "move it to the weekend" after "do eight instead" came back at 19:00 (the captured
         # prompt replayed: 20:00 without the older blocks).
-        stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "")
+        stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "",
+                      refused=is_refusal(reply))
         state = turn.state
 
         def append(history: SessionHistory) -> None:

@@ -51,7 +51,11 @@ def state_text(state: dict[str, Any]) -> str:
 
 
 def shown_turns(turns: list[Turn], recent_turns: int, max_turns: int) -> tuple[list[Turn], int]:
-    """The turns a prompt shows, and the index of the first one shown in full."""
+    """The turns a prompt shows, and the index of the first one shown in full. Refused turns are
+    not shown: with two refusals in its history the packaged 1.5B model refused every question
+    after them ("I'm sorry, but I can't assist with that." to "Do you have vegan desserts?",
+    2026-12-04), which it answers in a session without them."""
+    turns = [turn for turn in turns if not turn.refused]
     turns = turns[window_start(len(turns), max_turns, recent_turns):]
     return turns, window_start(len(turns), 2 * recent_turns - 1, recent_turns)
 

@@ -41,6 +41,10 @@ class Turn:
     steps: list[dict[str, Any]] = field(default_factory=list)
     # The state block the turn's prompt carried, kept so later prompts repeat it byte for byte.
     context: str = ""
+    # The reply was the model's own stock refusal (refusals.py): stored, but left out of later
+    # prompts (context.py), since a small model copies it. (The guard's blocked sentence, the
+    # profile's own words, stays in them.)
+    refused: bool = False
 
 
 @dataclass

@@ -673,3 +673,21 @@ async def test_the_record_says_how_far_ahead_of_its_commit_a_turn_started(brain)
     plain = (await store.records("alice", at_once.session_id))[-1]
     assert ahead["committed_ms"] >= 150 and ahead["committed_ms"] <= ahead["ms"]
     assert plain["committed_ms"] <= plain["ms"] and plain["committed_ms"] < ahead["committed_ms"]
+
+
+async def test_a_stock_refusal_is_stored_but_not_shown_to_the_model_again(brain):
+    """The STT misheard a question and the model gave its stock refusal: the caller heard it and
+    the history keeps it, but the next prompt leaves the exchange out, so the model does not
+    copy it onto the plain question that follows."""
+    make, store, llm, _ = brain
+    refusal = "I'm sorry, but I can't assist with that."
+    llm.script = lambda b: refusal if last_user_text(b) == "D-serve breakfast" else "Yes, we do."
+    agent, session = make(), uuid.uuid4().hex
+    assert spoken(await run(agent, request("D-serve breakfast", session))) == refusal
+    plain = request("Do you have vegan desserts?", session, turn="t2")
+    assert spoken(await run(agent, plain)) == "Yes, we do."
+    stored = (await store.load("alice", session)).turns
+    assert [(t.user, t.refused) for t in stored] == [("D-serve breakfast", True),
+                                                     ("Do you have vegan desserts?", False)]
+    said = [m["content"] for m in main_requests(llm)[-1]["messages"] if m["role"] in ("user", "assistant")]
+    assert said == ["Do you have vegan desserts?"]

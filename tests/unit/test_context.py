@@ -27,6 +27,16 @@ CASES = [
 ]
 
 
+def refused(turn: Turn) -> Turn:
+    turn.assistant, turn.refused = "I'm sorry, but I can't assist with that.", True
+    return turn
+
+
+CASES.append(  # the only turn carrying the block is a refused one: not shown, so sent again
+    ("the last block shown was in a refused turn", [turns(EMPTY)[0], refused(turns("", BOOKING)[1])],
+     BOOKING, BOOKING))
+
+
 def test_state_block_table():
     for scenario, history, state, sent in CASES:
         assert state_block(state, EMPTY, history, recent_turns=2) == sent, scenario
@@ -53,3 +63,15 @@ def test_the_state_block_shows_the_latest_references_and_older_ones_still_resolv
     assert shown == {"S4": "slot 4", "S5": "slot 5", "S2": "slot 2", "S6": "slot 6"}
     assert state.resolve_ref("S1", "slot_id").id == "id1"  # not shown, still the same slot
     assert len(state.model_view()["references"]) == 6  # no limit given: all of them
+
+
+def test_a_refused_turn_is_kept_out_of_the_prompt_and_the_next_prompt_starts_the_same_way():
+    """Two misheard questions the model refused, then a plain one: the prompt shows the turns
+    before and after them, not the refusals, and the prefix is the one the next turn repeats."""
+    history = turns(EMPTY, "", "", "")
+    refused(history[1]), refused(history[2])
+    messages = build_messages("system", history, "Do you have vegan desserts?", [], "")
+    said = [m["content"] for m in messages if m["role"] in ("user", "assistant")]
+    assert said == ["caller 0", "bot 0", "caller 3", "bot 3", "Do you have vegan desserts?"]
+    later = build_messages("system", [*history, turns("", "", "", "", "")[4]], "And takeaway?", [], "")
+    assert later[:len(messages) - 1] == messages[:-1]
