@@ -191,9 +191,9 @@ class Microphone:
         ended = self.last_speech_sent
         first_audio = next((t for t, kind, _ in events if kind == "audio" and ended and t > ended), None)
         metrics = dict(next((e["ms"] for _, kind, e in events if kind == "turn.metrics"), {}))
-        reply = next((e.get("text", "") for _, kind, e in events if kind == "reply.done"), "")
+        done = next((e for _, kind, e in events if kind == "reply.done"), {})
+        reply, self.turn_id = done.get("text", ""), done.get("turn_id", "")
         heard = " ".join(e.get("text", "") for _, kind, e in events if kind == "transcript.final")
-        self.turn_id = next((e.get("turn_id", "") for _, kind, e in events if kind == "reply.done"), "")
         metrics["longest_gap"] = longest_gap(events, self.output_rate) if first_audio else None
         await asyncio.sleep(0.6)  # the client's playback buffer drains: the caller heard it all
         return (first_audio - ended) * 1000 if first_audio and ended else None, metrics, reply, heard
@@ -306,13 +306,13 @@ async def attach_records(redis_url: str, turns: list[Turn]) -> None:
     redis = connect_redis(redis_url)
     store = SessionStore(redis, ttl_s=3600)
     try:
-        for session_id in {t.session_id for t in turns if t.session_id}:
-            by_turn = {r.get("turn_id"): r for r in await store.records(USER, session_id)}
-            for turn in turns:
-                if turn.session_id == session_id and turn.turn_id in by_turn:
-                    turn.record = brief_record(by_turn[turn.turn_id])
+        sessions = {t.session_id for t in turns if t.session_id}
+        by_session = {s: {r.get("turn_id"): r for r in await store.records(USER, s)} for s in sessions}
     finally:
         await redis.aclose()
+    for turn in turns:
+        if record := by_session.get(turn.session_id, {}).get(turn.turn_id):
+            turn.record = brief_record(record)
 
 
 def time_per_turn(turns: list[Turn]) -> str:
@@ -334,8 +334,7 @@ def guard_summary(turns: list[Turn]) -> dict[str, Any]:
     first model call's new tokens and time to first token, over the turns the LLM judged and
     the rest."""
     def p50(values: list[Any]) -> float | None:
-        values = [v for v in values if v is not None]
-        return percentile(values, 0.5) if values else None
+        return percentile([v for v in values if v is not None], 0.5)
 
     out: dict[str, Any] = {}
     for by in ("llm", "screen", None):
