@@ -51,6 +51,7 @@ from voicebot.devstack import (
     Stack,
     free_port,
     redis_url_for,
+    speech_env,
     start_brain_and_gateway,
     start_local_llm,
     start_mcp_servers,
@@ -463,7 +464,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         stack.start_redis(redis_port)
         redis_url = redis_url_for(redis_port)
         llm_url, llm_env = start_local_llm(stack)
-        stt, tts = start_speech(stack)
+        stt, tts = start_speech(stack, env=speech_env("restaurant"))
         _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:",
                                                                 "RESERVATIONS_TODAY": "2026-11-30"})
         pairs, brains = {}, {}

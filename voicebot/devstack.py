@@ -450,6 +450,14 @@ def main_llm_threads() -> int:
     return cores if localllm.server_binary() is not None else max(1, cores - 1)
 
 
+def speech_env(profile: str) -> dict[str, str]:
+    """STT's settings that come from the business's profile: what its callers talk about
+    (STT_CONTEXT in the environment wins, even empty: ``STT_CONTEXT= make bench-v2v``)."""
+    from services.brain.profile import load_profile
+
+    return {"STT_CONTEXT": os.environ.get("STT_CONTEXT", load_profile(profile).stt_context)}
+
+
 def start_speech(stack: Stack, ports: dict[str, int] | None = None,
                  env: dict[str, str] | None = None) -> tuple[Proc, Proc]:
     """STT and TTS (port 0 = any free port)."""
@@ -525,7 +533,7 @@ def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: s
     (or taken from the profile's token variable); the brain gets the same value.
     """
     env = {"LOG_JSON": "true"}
-    stt, tts = start_speech(stack, ports, env)
+    stt, tts = start_speech(stack, ports, {**env, **speech_env(profile)})
     # The business's backends: MCP servers the brain takes its tools from. Their admin
     # tools (failure injection) stay off.
     servers, profile_env = start_mcp_servers(stack, profile, env, fixed_ports)

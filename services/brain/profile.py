@@ -139,6 +139,9 @@ class Profile(_Strict):
     purpose: str = "answering questions"
     languages: list[str] = Field(default_factory=lambda: ["en"], min_length=1)
     instructions: str = ""  # extra lines for the system prompt (business facts, style)
+    # What callers talk about, for the speech recogniser (STT_CONTEXT; make run passes it):
+    # a sentence naming the business's topics and its own words (dishes, streets, names).
+    stt_context: str = Field("", max_length=600)
     sentences: Sentences = Field(default_factory=Sentences)
     guard: GuardSettings = Field(default_factory=GuardSettings)
     mcp_servers: list[McpServer] = Field(default_factory=list)

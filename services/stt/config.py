@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from voicebot.common.config import ServiceSettings
@@ -24,6 +25,11 @@ class SttSettings(ServiceSettings):
     model_cache_dir: str = "~/.cache/voicebot/models"
     default_language: str = "en"
     beam_size: int = 1
+    # What callers of this line talk about, in a sentence or a list of words (the profile's
+    # ``stt_context``; make run passes it): the decoder reads it before each utterance, so
+    # the business's words win over sound-alikes ("vegetarian" over "mediterian"). Noise is
+    # still judged without it, and a transcript that only repeats it is dropped.
+    context: str = Field("", max_length=600)
     # Encode twice the utterance's length, at least this many seconds, instead
     # of Whisper's fixed 30 s window (3-4x less encoder work for short
     # utterances); a final whose decode loops is redone on 10 s, then the full window. 30 (or 0)

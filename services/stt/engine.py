@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -90,6 +91,19 @@ def looks_degenerate(text: str, token_count: int, token_cap: int) -> bool:
     )
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"[^\W_]+", text.lower())
+
+
+def copies_context(text: str, context: str) -> bool:
+    """Whether a transcript is the decoding context read back: all its words, in order, a run
+    of the context's, and at least three of them (so "Yes." or "The menu." stay words)."""
+    said, given = _words(text), _words(context)
+    if len(said) < 3:
+        return False
+    return any(given[start:start + len(said)] == said for start in range(len(given) - len(said) + 1))
+
+
 class FasterWhisperEngine(SttEngine):
     def __init__(
         self,
@@ -101,6 +115,7 @@ class FasterWhisperEngine(SttEngine):
         workers: int = 1,
         beam_size: int = 1,
         min_context_s: float = 5.0,
+        prompt: str = "",
     ) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import _LANGUAGE_CODES
@@ -115,6 +130,7 @@ class FasterWhisperEngine(SttEngine):
         )
         self._beam_size = beam_size
         self._min_context_s = min_context_s
+        self._context = " ".join(prompt.split())
         self.capabilities = EngineCapabilities(
             multilingual=multilingual,
             languages=frozenset(_LANGUAGE_CODES) if multilingual else frozenset({"en"}),
@@ -151,7 +167,7 @@ class FasterWhisperEngine(SttEngine):
         """
         from faster_whisper.audio import pad_or_trim
 
-        tokenizer, prompt, suppress = self._prompt(language)
+        tokenizer, prompt, plain, suppress = self._prompt(language)
         # Generous for any language (Korean needs several tokens a syllable), small enough to stop a loop.
         token_cap = min(self._model.max_length - len(prompt), 16 + math.ceil(30 * frames / FRAMES_PER_SECOND))
         encoded = self._model.encode(pad_or_trim(features, window))
@@ -165,20 +181,34 @@ class FasterWhisperEngine(SttEngine):
         if not any(ch.isalnum() for ch in text):
             text = ""  # "." or "..." is what Whisper says about noise
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if result.no_speech_prob > 0.6 and avg_logprob <= -1.0:
+        if avg_logprob <= -1.0 and (result.no_speech_prob if prompt is plain
+                                    else self._no_speech(encoded, plain)) > 0.6:
             return "", False  # Whisper's own rule for "this was not speech"
+        if self._context and copies_context(text, self._context):
+            return "", False  # the context read back over noise, not words the caller said
         return text, looks_degenerate(text, len(tokens), token_cap)
 
+    def _no_speech(self, encoded: Any, plain: list[int]) -> float:
+        """P(no speech) as the model judges it without the context: with a context before it,
+        noise reads as likely speech (a fan's hum 0.78 -> 0.42 with a restaurant context) and
+        comes out as the context's kind of sentence ("The restaurant is open."). One decoder
+        step on the encoded audio the decode already has."""
+        return self._model.model.generate(encoded, [plain], max_length=len(plain) + 1,
+                                          return_no_speech_prob=True)[0].no_speech_prob
+
     @functools.cache  # noqa: B019 (one engine per process; a few languages)
-    def _prompt(self, language: str) -> tuple[Any, list[int], tuple[int, ...]]:
-        """Tokenizer, decoder prompt and suppressed tokens for a language (building them costs ms)."""
+    def _prompt(self, language: str) -> tuple[Any, list[int], list[int], tuple[int, ...]]:
+        """Tokenizer, decoder prompt (with the context, when there is one), the prompt without
+        it, and suppressed tokens for a language (building them costs ms)."""
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
         tokenizer = Tokenizer(self._model.hf_tokenizer, self._model.model.is_multilingual,
                               task="transcribe", language=language)
-        prompt = self._model.get_prompt(tokenizer, [], without_timestamps=True)
-        return tokenizer, prompt, get_suppressed_tokens(tokenizer, [-1])
+        plain = self._model.get_prompt(tokenizer, [], without_timestamps=True)
+        prompt = (self._model.get_prompt(tokenizer, [], without_timestamps=True, hotwords=self._context)
+                  if self._context else plain)
+        return tokenizer, prompt, plain, get_suppressed_tokens(tokenizer, [-1])
 
     def _transcribe_long(self, audio: np.ndarray, language: str) -> str:
         # Only when STT_MAX_UTTERANCE_S is set above 30 s: faster-whisper's own windowing.

@@ -17,7 +17,7 @@ from services.brain.profile import PROFILES_DIR, ProfileError, load_profile, par
 from tests.conftest import LOG_ROOT
 from tests.fakes.fake_llm import is_guard
 from voicebot.common.internal_auth import internal_channel
-from voicebot.devstack import ROOT, Stack, start_mcp_servers
+from voicebot.devstack import ROOT, Stack, speech_env, start_mcp_servers
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
 pytestmark = pytest.mark.integration
@@ -58,6 +58,15 @@ def test_the_brain_does_not_start_with_a_typo_in_its_profile(tmp_path, redis_url
 def test_each_shipped_profile_loads(profile):
     loaded = load_profile(profile)
     assert loaded.mcp_servers and loaded.purpose
+
+
+@pytest.mark.parametrize("profile", ["restaurant", "clinic"])
+def test_make_run_tells_stt_what_the_profiles_callers_talk_about(profile, monkeypatch):
+    monkeypatch.delenv("STT_CONTEXT", raising=False)
+    assert speech_env(profile) == {"STT_CONTEXT": load_profile(profile).stt_context}
+    assert len(speech_env(profile)["STT_CONTEXT"].split()) >= 8
+    monkeypatch.setenv("STT_CONTEXT", "")  # the operator's own setting wins, even empty
+    assert speech_env(profile) == {"STT_CONTEXT": ""}
 
 
 @pytest.mark.parametrize(("profile", "question", "tool"), [

@@ -10,6 +10,7 @@ from services.stt.engine import (
     WINDOW_FRAMES,
     DraftDiscarded,
     FasterWhisperEngine,
+    copies_context,
     encoder_frames,
     looks_degenerate,
     wider_windows,
@@ -79,3 +80,19 @@ def test_wider_windows_skip_what_is_not_wider():
     assert wider_windows(500) == [MIDDLE_WINDOW_FRAMES, WINDOW_FRAMES]
     assert wider_windows(1200) == [WINDOW_FRAMES]  # a long utterance's window is already wider
     assert wider_windows(WINDOW_FRAMES) == []
+
+
+RESTAURANT = "A caller asks a restaurant about a table booking, the menu, dietary needs, drinks."
+
+
+@pytest.mark.parametrize(("heard", "dropped"), [
+    ("A caller asks a restaurant about a table booking,", True),  # read back over silence
+    ("the menu, dietary needs, drinks.", True),
+    ("The menu.", False),  # too short to tell from a caller saying it
+    ("Yes.", False),
+    ("What's on the menu?", False),  # the caller's own sentence, words not a run of the context's
+    ("Do you have a table booking for two?", False),
+    ("", False),
+])
+def test_a_transcript_that_only_reads_back_the_context_is_dropped(heard, dropped):
+    assert copies_context(heard, RESTAURANT) is dropped
