@@ -28,7 +28,8 @@ class SttSettings(ServiceSettings):
     # What callers of this line talk about, in a sentence or a list of words (the profile's
     # ``stt_context``; make run passes it): the decoder reads it before each utterance, so
     # the business's words win over sound-alikes ("vegetarian" over "mediterian"). Noise is
-    # still judged without it, and a transcript that only repeats it is dropped.
+    # still judged without it, and a transcript that only repeats it is dropped. Written in
+    # STT_DEFAULT_LANGUAGE: streams in other languages decode without it.
     context: str = Field("", max_length=600)
     # Encode twice the utterance's length, at least this many seconds, instead
     # of Whisper's fixed 30 s window (3-4x less encoder work for short

@@ -116,6 +116,7 @@ class FasterWhisperEngine(SttEngine):
         beam_size: int = 1,
         min_context_s: float = 5.0,
         prompt: str = "",
+        prompt_language: str = "en",
     ) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import _LANGUAGE_CODES
@@ -131,6 +132,9 @@ class FasterWhisperEngine(SttEngine):
         self._beam_size = beam_size
         self._min_context_s = min_context_s
         self._context = " ".join(prompt.split())
+        # Only streams in the context's own language read it: an English context before Korean
+        # speech (espeak, "메뉴에 채식 요리가 있나요?") left no words at all.
+        self._context_language = prompt_language.lower().split("-")[0]
         self.capabilities = EngineCapabilities(
             multilingual=multilingual,
             languages=frozenset(_LANGUAGE_CODES) if multilingual else frozenset({"en"}),
@@ -168,6 +172,7 @@ class FasterWhisperEngine(SttEngine):
         from faster_whisper.audio import pad_or_trim
 
         tokenizer, prompt, plain, suppress = self._prompt(language)
+        context = self._context if prompt is not plain else ""
         # Generous for any language (Korean needs several tokens a syllable), small enough to stop a loop.
         token_cap = min(self._model.max_length - len(prompt), 16 + math.ceil(30 * frames / FRAMES_PER_SECOND))
         encoded = self._model.encode(pad_or_trim(features, window))
@@ -184,7 +189,7 @@ class FasterWhisperEngine(SttEngine):
         if avg_logprob <= -1.0 and (result.no_speech_prob if prompt is plain
                                     else self._no_speech(encoded, plain)) > 0.6:
             return "", False  # Whisper's own rule for "this was not speech"
-        if self._context and copies_context(text, self._context):
+        if context and copies_context(text, context):
             return "", False  # the context read back over noise, not words the caller said
         return text, looks_degenerate(text, len(tokens), token_cap)
 
@@ -207,7 +212,7 @@ class FasterWhisperEngine(SttEngine):
                               task="transcribe", language=language)
         plain = self._model.get_prompt(tokenizer, [], without_timestamps=True)
         prompt = (self._model.get_prompt(tokenizer, [], without_timestamps=True, hotwords=self._context)
-                  if self._context else plain)
+                  if self._context and language == self._context_language else plain)
         return tokenizer, prompt, plain, get_suppressed_tokens(tokenizer, [-1])
 
     def _transcribe_long(self, audio: np.ndarray, language: str) -> str:

@@ -50,5 +50,6 @@ def test_the_context_is_read_before_the_words_and_speech_still_comes_through(eng
     assert prompt[0] == tokenizer.sot_prev and prompt[-len(without):] == without
     assert "restaurant" in tokenizer.decode(prompt[1:-len(without)])
     assert plain._prompt("en")[1] == without  # no context: Whisper's own prompt
+    assert with_context._prompt("ko")[1] == with_context._prompt("ko")[2]  # another language: none
     audio = np.concatenate([silence(300), speech("Is there a dress code?"), silence(500)])
     assert "dress code" in with_context.transcribe(audio, "en").lower()
