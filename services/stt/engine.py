@@ -115,8 +115,8 @@ class FasterWhisperEngine(SttEngine):
         workers: int = 1,
         beam_size: int = 1,
         min_context_s: float = 5.0,
-        prompt: str = "",
-        prompt_language: str = "en",
+        context: str = "",
+        context_language: str = "en",
     ) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import _LANGUAGE_CODES
@@ -131,10 +131,10 @@ class FasterWhisperEngine(SttEngine):
         )
         self._beam_size = beam_size
         self._min_context_s = min_context_s
-        self._context = " ".join(prompt.split())
+        self._context = " ".join(context.split())
         # Only streams in the context's own language read it: an English context before Korean
         # speech (espeak, "메뉴에 채식 요리가 있나요?") left no words at all.
-        self._context_language = prompt_language.lower().split("-")[0]
+        self._context_language = context_language.lower().split("-")[0]
         self.capabilities = EngineCapabilities(
             multilingual=multilingual,
             languages=frozenset(_LANGUAGE_CODES) if multilingual else frozenset({"en"}),
@@ -172,7 +172,7 @@ class FasterWhisperEngine(SttEngine):
         from faster_whisper.audio import pad_or_trim
 
         tokenizer, prompt, plain, suppress = self._prompt(language)
-        context = self._context if prompt is not plain else ""
+        with_context = prompt is not plain  # the context is read only in its own language
         # Generous for any language (Korean needs several tokens a syllable), small enough to stop a loop.
         token_cap = min(self._model.max_length - len(prompt), 16 + math.ceil(30 * frames / FRAMES_PER_SECOND))
         encoded = self._model.encode(pad_or_trim(features, window))
@@ -186,10 +186,10 @@ class FasterWhisperEngine(SttEngine):
         if not any(ch.isalnum() for ch in text):
             text = ""  # "." or "..." is what Whisper says about noise
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if avg_logprob <= -1.0 and (result.no_speech_prob if prompt is plain
-                                    else self._no_speech(encoded, plain)) > 0.6:
+        if avg_logprob <= -1.0 and (self._no_speech(encoded, plain) if with_context
+                                    else result.no_speech_prob) > 0.6:
             return "", False  # Whisper's own rule for "this was not speech"
-        if context and copies_context(text, context):
+        if with_context and copies_context(text, self._context):
             return "", False  # the context read back over noise, not words the caller said
         return text, looks_degenerate(text, len(tokens), token_cap)
 

@@ -26,7 +26,7 @@ def engines():
     context = load_profile("restaurant").stt_context
     assert context, "the restaurant profile names what its callers talk about"
     return (FasterWhisperEngine(model_dir, multilingual, cpu_threads=2),
-            FasterWhisperEngine(model_dir, multilingual, cpu_threads=2, prompt=context))
+            FasterWhisperEngine(model_dir, multilingual, cpu_threads=2, context=context))
 
 
 def hum(ms: int, hz: float = 100.0) -> np.ndarray:
