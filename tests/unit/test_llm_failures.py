@@ -247,3 +247,35 @@ async def test_a_connection_the_server_closed_is_sent_again_at_once_without_back
     server.sock.close()
     assert text == "Hello." and server.connections == 2
     assert waits == []  # no backoff: nothing had been processed
+
+
+async def test_a_turn_cancelled_while_the_model_thinks_is_cancelled_not_a_server_failure(scripted_llm):
+    """Barge-in while the first token is awaited: the reading task ends cancelled, and the
+    liveness watch stops with it (no probe after it, no cancel left for anyone)."""
+    scripted_llm.delay_s = 2.0
+    chat = OpenAIChatClient(scripted_llm.base_url, "m", deadline_s=1.5, probe_after_s=0.2,
+                            probe_timeout_s=0.5)
+
+    async def reply() -> str:
+        return "".join([c.text async for c in chat([{"role": "user", "content": "hi"}])])
+
+    probes: list[float] = []
+    alive = chat._alive
+
+    async def counted_probe() -> bool:
+        probes.append(time.perf_counter())
+        return await alive()
+
+    chat._alive = counted_probe  # type: ignore[method-assign]
+    turn = asyncio.create_task(reply())
+    await asyncio.sleep(0.6)  # past the first probes: the server is alive, so it is waited for
+    assert probes  # the watch was probing
+    probes_before = len(probes)
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    assert turn.cancelled()
+    await asyncio.sleep(0.5)
+    assert len(probes) == probes_before  # no probe after the turn ended
+    assert asyncio.current_task().cancelling() == 0
+    await chat.aclose()

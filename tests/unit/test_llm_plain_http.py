@@ -201,3 +201,45 @@ async def test_the_read_timeout_counts_only_while_reading_not_while_the_caller_h
     waited = asyncio.get_running_loop().time() - started
     assert waited >= 0.2 + 0.3  # timed out on the read after the slow caller, not during it
     server.close()
+
+
+async def test_a_caller_cancelled_mid_read_is_cancelled_not_timed_out():
+    """A turn cut off by barge-in while the body's read waits: its task is cancelled as asked,
+    and the read's timer fires into nobody afterwards."""
+    body = sse("one ", "two.")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    half = body[:len(body) // 2]
+    server, url = await raw_server(head + b"%x\r\n%s\r\n" % (len(half), half), stall_after=True)
+    http = PlainHTTP(url)
+    lines: list[str] = []
+
+    async def read() -> None:
+        async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 0.3) as resp:
+            async for line in resp.aiter_lines():
+                lines.append(line)
+
+    reading = asyncio.create_task(read())
+    await asyncio.sleep(0.1)  # the first half is read; the next read waits
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert reading.cancelled() and lines  # it had read the first event
+    await asyncio.sleep(0.4)  # past the read timeout: the timer was closed with the read
+    assert asyncio.current_task().cancelling() == 0
+    server.close()
+
+
+async def test_a_read_that_times_out_leaves_its_task_free_to_go_on():
+    """The timeout is the read's own: the task is not left cancelling, so the turn can still
+    speak its fallback sentence (an await after the TimeoutError runs)."""
+    body = sse("one ", "two.")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    half = body[:len(body) // 2]
+    server, url = await raw_server(head + b"%x\r\n%s\r\n" % (len(half), half), stall_after=True)
+    http = PlainHTTP(url)
+    with pytest.raises(TimeoutError):
+        async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 0.2) as resp:
+            await resp.aread()
+    assert asyncio.current_task().cancelling() == 0
+    await asyncio.sleep(0.01)  # would raise CancelledError if a cancel were left pending
+    server.close()
