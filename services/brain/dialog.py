@@ -114,7 +114,11 @@ def handoff_summary(state: Any, reason: str) -> str:
 _QUESTION_OR_REQUEST = re.compile(
     r"\?|^(?:what|why|how|who|where|when|which|can|could|would|will|do|does|is|are|tell|write|explain|"
     r"give|show|help|let's|please)\b|\b(?:tell me|write|explain|give me|show me|help me|solve|translate|"
-    r"draft|what|why|how|who)\b", re.I)
+    r"draft|what|why|how|who)\b"
+    # Short requests to be someone or something else ("Pretend you're my girlfriend."): four
+    # words, but no answer to the bot's question.
+    r"|\b(?:pretend|imagine|role-?play|act as|sing|summari[sz]e|"
+    r"(?:ignore|forget) (?:your|all|the|previous|every))\b", re.I)
 
 
 def is_dialogue_act(text: str) -> bool:
