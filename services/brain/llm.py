@@ -109,7 +109,26 @@ class _Closed(Exception):
     """The server closed the connection (or broke HTTP/1.1) before the answer was complete."""
 
 
-class _ReadTimer:
+class _TaskCanceller:
+    """Cancels the task it watches at most once, for a reason, and tells that cancellation from
+    anyone else's as ``asyncio.timeout`` does (``uncancel``): in the watched await's ``except
+    CancelledError``, ``raise_if_fired`` raises ``error`` instead when it was this one's alone."""
+
+    error: type[Exception] = TimeoutError
+    _task: asyncio.Task[Any] | None = None
+    _reason: str | None = None
+
+    def raise_if_fired(self) -> None:
+        if self._reason is not None and self._task is not None and self._task.uncancel() == 0:
+            raise self.error(self._reason) from None
+
+    def _fire(self, reason: str) -> None:
+        if self._reason is None and self._task is not None:
+            self._reason = reason
+            self._task.cancel()
+
+
+class _ReadTimer(_TaskCanceller):
     """Times out one read that waits longer than ``limit`` seconds, as an ``asyncio.timeout``
     armed for each read and disarmed while the piece is with the caller would, for a stamp per
     read: its one timer, when it comes due, moves itself to the current read's deadline or
@@ -120,9 +139,7 @@ class _ReadTimer:
         self._loop = asyncio.get_running_loop()
         self._limit = limit
         self._since: float | None = None
-        self._task: asyncio.Task[Any] | None = None
         self._handle: asyncio.TimerHandle | None = None
-        self._expired = False
 
     def arm(self) -> None:
         self._since = self._loop.time()
@@ -139,12 +156,6 @@ class _ReadTimer:
             self._handle.cancel()
             self._handle = None
 
-    def raise_if_expired(self) -> None:
-        """In the read's ``except CancelledError``: TimeoutError when this timer cancelled it and
-        nobody else did (as ``asyncio.timeout`` tells its own cancellation from another's)."""
-        if self._expired and self._task is not None and self._task.uncancel() == 0:
-            raise TimeoutError(f"no data for {self._limit:g} s") from None
-
     def _due(self) -> None:
         self._handle = None
         if self._since is None:  # between reads: the next arm() sets the timer again
@@ -152,9 +163,8 @@ class _ReadTimer:
         deadline = self._since + self._limit
         if self._loop.time() < deadline:
             self._handle = self._loop.call_at(deadline, self._due)
-        elif self._task is not None:
-            self._expired = True
-            self._task.cancel()
+        else:
+            self._fire(f"no data for {self._limit:g} s")
 
 
 class _PlainResponse:
@@ -185,7 +195,7 @@ class _PlainResponse:
                 try:
                     piece = await self._next_piece()
                 except asyncio.CancelledError:
-                    timer.raise_if_expired()
+                    timer.raise_if_fired()
                     raise
                 timer.disarm()
                 if piece is None:
@@ -453,7 +463,7 @@ class OpenAIChatClient:
             try:
                 first = await anext(stream, _DONE)
             except asyncio.CancelledError:
-                watch.raise_if_gave_up()
+                watch.raise_if_fired()
                 raise
             finally:
                 watch.stop()
@@ -519,19 +529,20 @@ class OpenAIChatClient:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
 
 
-class _FirstChunkWatch:
+class _FirstChunkWatch(_TaskCanceller):
     """Watches the wait for a stream's first chunk from a timer, not a task of its own: every
     probe interval it gives up once the first-token timeout has passed, or probes the server
     and gives up if the probe gets no answer. Giving up cancels the reading task, which
-    ``raise_if_gave_up`` turns into ``LLMUnavailable``. It is stopped as soon as the wait ends,
+    ``raise_if_fired`` turns into ``LLMUnavailable``. It is stopped as soon as the wait ends,
     so it cancels only while the task waits in it."""
+
+    error = LLMUnavailable
 
     def __init__(self, client: OpenAIChatClient) -> None:
         self._client = client
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         self._until = client._clock() + client.first_token_timeout_s
-        self._reason: str | None = None
         self._stopped = False
         self._probe: asyncio.Task[None] | None = None
         self._handle = self._loop.call_later(client.probe_after_s, self._check)
@@ -541,10 +552,6 @@ class _FirstChunkWatch:
         self._handle.cancel()
         if self._probe is not None:
             self._probe.cancel()
-
-    def raise_if_gave_up(self) -> None:
-        if self._reason is not None and self._task is not None and self._task.uncancel() == 0:
-            raise LLMUnavailable(self._reason) from None
 
     def _check(self) -> None:
         if self._stopped:
@@ -562,9 +569,8 @@ class _FirstChunkWatch:
                                                  self._check)
 
     def _give_up(self, reason: str) -> None:
-        if not self._stopped and self._reason is None and self._task is not None:
-            self._reason = reason
-            self._task.cancel()
+        if not self._stopped:
+            self._fire(reason)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -187,7 +187,7 @@ def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
     engine = FasterWhisperEngine(
         model_dir, multilingual, settings.device, settings.compute_type,
         settings.cpu_threads, settings.workers, settings.beam_size, settings.min_audio_context_s,
-        settings.context, settings.default_language,
+        context=settings.context, context_language=settings.default_language,
     )
     vad = SileroVad(silero_vad_path(settings.vad_model_path))
     return SpeechToTextServicer(settings, engine, vad)
