@@ -26,6 +26,7 @@ COPY docker/healthcheck.py docker/wait_idle.py /opt/voicebot/bin/
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
+    GRPC_EXPERIMENTS=-event_engine_client,-event_engine_listener,-event_engine_for_all_other_endpoints \
     BRAIN_HOST=0.0.0.0 \
     BRAIN_PORT=50052 \
     BRAIN_METRICS_PORT=9102

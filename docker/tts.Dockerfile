@@ -26,6 +26,7 @@ COPY docker/healthcheck.py docker/wait_idle.py /opt/voicebot/bin/
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
+    GRPC_EXPERIMENTS=-event_engine_client,-event_engine_listener,-event_engine_for_all_other_endpoints \
     TTS_HOST=0.0.0.0 \
     TTS_PORT=50053 \
     TTS_METRICS_PORT=9103

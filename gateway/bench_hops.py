@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 
 import grpc
 
 from voicebot.common import event_loop
+from voicebot.common.grpc_env import grpc_environment
 from voicebot.common.stats import percentile
 
 GAP_S = 0.02  # a frame's time: between frames the processes sleep
@@ -68,7 +70,24 @@ async def _timed(probe, count: int) -> list[float]:
 
 
 async def measure(count: int = 100) -> dict[str, float]:
-    """p50 ms of each kind of hop, a round trip each, against a fresh echo process."""
+    """p50 ms of each kind of hop, a round trip each, between two fresh processes started as the
+    services are (gRPC's settings, ``voicebot.common.grpc_env``, are read when a process starts,
+    so neither end may be this one)."""
+    probe = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.bench_hops", "probe", str(count),
+        stdout=asyncio.subprocess.PIPE, env={**os.environ, **grpc_environment(os.environ)})
+    out, _ = await probe.communicate()
+    if probe.returncode != 0:
+        raise RuntimeError(f"the hop probe failed (exit {probe.returncode})")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+async def _print_probe(count: int) -> None:
+    print(json.dumps(await _probe(count)), flush=True)
+
+
+async def _probe(count: int) -> dict[str, float]:
+    """``measure``'s child: the client end, against an echo process of its own."""
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway.bench_hops", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE)
@@ -121,4 +140,7 @@ async def measure(count: int = 100) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    event_loop.run(_serve(), "auto", "")  # uvloop, as the services run
+    if sys.argv[1:2] == ["probe"]:
+        event_loop.run(_print_probe(int(sys.argv[2])), "auto", "")
+    else:
+        event_loop.run(_serve(), "auto", "")  # uvloop, as the services run

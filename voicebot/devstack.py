@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from voicebot.common.grpc_env import grpc_environment
 from voicebot.common.internal_auth import TOKEN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +101,8 @@ class Stack:
     def __init__(self, log_dir: Path, env: dict[str, str] | None = None, quiet: bool = False) -> None:
         self.log_dir = log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", TOKEN_ENV: ensure_internal_token(), **(env or {})}
+        self.env = {**os.environ, **grpc_environment(os.environ), "PYTHONUNBUFFERED": "1",
+                    TOKEN_ENV: ensure_internal_token(), **(env or {})}
         self.procs: list[Proc] = []
         self.quiet = quiet
         # spawn and stop take it, so a restart racing Ctrl-C cannot leave a process behind.
