@@ -13,6 +13,7 @@ its own, on the same cores.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from typing import Any
@@ -40,6 +41,13 @@ def sse_events(content: str) -> list[bytes]:
 
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+@functools.cache
+def _stream_body(content: str) -> tuple[bytes, ...]:
+    """The chunked body that streams ``content``, made once per reply: the replies are fixed, and
+    serialising 12 events again for every request cost ~60 us of a just-woken process."""
+    return (*(_chunk(event) for event in sse_events(content)), b"0\r\n\r\n")
 
 
 def _response(status: str, content_type: str, body: bytes) -> bytes:
@@ -83,9 +91,8 @@ class ScriptedLLM(asyncio.Protocol):
         if method == "POST" and path.endswith("/chat/completions"):
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             self.transport.write(head)
-            for event in sse_events(reply_for(json.loads(body))):
-                self.transport.write(_chunk(event))  # one write per event, as a server streams them
-            self.transport.write(b"0\r\n\r\n")
+            for piece in _stream_body(reply_for(json.loads(body))):
+                self.transport.write(piece)  # one write per event, as a server streams them
         elif method == "GET" and path.endswith("/models"):
             self.transport.write(_response("200 OK", "application/json", b'{"data": [{"id": "fake"}]}'))
         elif method == "GET" and path.endswith("/health"):
