@@ -21,6 +21,7 @@ import asyncio
 import os
 
 import grpc
+import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.tts.config import TtsSettings
@@ -29,8 +30,9 @@ from voicebot.common import gc_tuning
 from voicebot.v1 import stt_pb2, stt_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 # int16 units: the bench's "speech" is a tone far above it, silence is zeros. A peak, not an RMS:
-# NumPy's calls cost ~50 us a frame on a process just woken (the bench's every endpoint), the
-# peak of a memoryview ~20; an instant fake should not add its own time to the gateway's.
+# three NumPy calls fewer per message (7 -> 3 us a frame, 14 -> 8 for a batch of 50), and an
+# instant fake should add as little of its own time to the gateway's as it can. Vectorised: a
+# loop over a batch's frames in Python took 300+ us.
 SPEECH_PEAK = 1000
 PARTIAL_EVERY_MS = 400
 WORD_MS = 60
@@ -81,12 +83,11 @@ class _Utterances:
         self.pending = data[usable:]
         if not usable:
             return []
-        samples = memoryview(data[:usable]).cast("h")
-        step = self.frame_bytes // 2
+        frames = np.frombuffer(data[:usable], dtype=np.int16).reshape(-1, self.frame_bytes // 2)
+        loud = np.abs(frames.astype(np.int32)).max(axis=1) > SPEECH_PEAK
         events: list[stt_pb2.RecognizeEvent] = []
-        for start in range(0, len(samples), step):
-            frame = samples[start:start + step]
-            events += self._frame(max(frame) > SPEECH_PEAK or -min(frame) > SPEECH_PEAK)
+        for is_speech in loud.tolist():
+            events += self._frame(is_speech)
             self.ms += 20
         return events
 
