@@ -346,9 +346,8 @@ class Agent:
         try:
             while not (ended and passed.is_set()):
                 if getter is None and passed.is_set():
-                    # Only the queue to wait for: read directly, not through a task and a wait
-                    # of their own for every event (a just-woken brain's first text reached
-                    # the gateway ~0.2 ms sooner, `make bench-gateway`).
+                    # Only the queue to wait for: read directly, not through a task and an
+                    # ``asyncio.wait`` of their own for every event (CPU on every turn's path).
                     first = await events.get()
                 else:
                     waiting: set[asyncio.Task] = set()
