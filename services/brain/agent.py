@@ -24,7 +24,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,17 +358,10 @@ class Agent:
                         waiting.add(guard)
                     done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                     if guard in done and not passed.is_set():
-                        verdict = guard.result()
-                        turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
-                                                "by": verdict.by, "ms": round(verdict.seconds * 1000)}
-                        if not verdict.allowed:
-                            main.cancel()
-                            yield self._blocked(turn, verdict)
-                            return
-                        passed.set()
-                        for event in join_deltas(held):
+                        for event in self._verdict_given(turn, guard.result(), main, passed, held):
                             yield event
-                        held.clear()
+                        if not passed.is_set():
+                            return  # blocked
                     if getter is None or getter not in done:
                         continue
                     first, getter = getter.result(), None
@@ -384,6 +377,21 @@ class Agent:
         finally:
             if getter is not None:
                 getter.cancel()
+
+    def _verdict_given(self, turn: TurnRun, verdict: GuardVerdict, main: asyncio.Task,
+                       passed: asyncio.Event, held: list[brain_pb2.RespondEvent]
+                       ) -> Iterator[brain_pb2.RespondEvent]:
+        """The guard's verdict on a turn whose text it held: the block (and the turn's main loop
+        cancelled), or ``passed`` set and the held text released."""
+        turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
+                                "by": verdict.by, "ms": round(verdict.seconds * 1000)}
+        if not verdict.allowed:
+            main.cancel()
+            yield self._blocked(turn, verdict)
+            return
+        passed.set()
+        yield from join_deltas(held)
+        held.clear()
 
     def _blocked(self, turn: TurnRun, verdict: GuardVerdict) -> brain_pb2.RespondEvent:
         GUARD_BLOCKS.inc()

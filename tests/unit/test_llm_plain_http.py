@@ -178,6 +178,15 @@ async def raw_server(answer: bytes, stall_after: bool = False) -> tuple[asyncio.
     return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
 
 
+
+async def half_a_stream_then_silence() -> tuple[asyncio.Server, str]:
+    """A server that streams the first half of a two-event reply, then keeps the connection
+    without a byte more."""
+    body = sse("one ", "two.")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    half = body[:len(body) // 2]
+    return await raw_server(head + b"%x\r\n%s\r\n" % (len(half), half), stall_after=True)
+
 async def test_a_broken_chunk_size_is_a_closed_connection_not_a_crash():
     server, url = await raw_server(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n")
     http = PlainHTTP(url)
@@ -188,10 +197,7 @@ async def test_a_broken_chunk_size_is_a_closed_connection_not_a_crash():
 
 
 async def test_the_read_timeout_counts_only_while_reading_not_while_the_caller_holds_a_piece():
-    body = sse("one ", "two.")
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    half = body[:len(body) // 2]
-    server, url = await raw_server(head + b"%x\r\n%s\r\n" % (len(half), half), stall_after=True)
+    server, url = await half_a_stream_then_silence()
     http = PlainHTTP(url)
     started = asyncio.get_running_loop().time()
     with pytest.raises(TimeoutError):
@@ -206,10 +212,7 @@ async def test_the_read_timeout_counts_only_while_reading_not_while_the_caller_h
 async def test_a_caller_cancelled_mid_read_is_cancelled_not_timed_out():
     """A turn cut off by barge-in while the body's read waits: its task is cancelled as asked,
     and the read's timer fires into nobody afterwards."""
-    body = sse("one ", "two.")
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    half = body[:len(body) // 2]
-    server, url = await raw_server(head + b"%x\r\n%s\r\n" % (len(half), half), stall_after=True)
+    server, url = await half_a_stream_then_silence()
     http = PlainHTTP(url)
     lines: list[str] = []
 
@@ -232,10 +235,7 @@ async def test_a_caller_cancelled_mid_read_is_cancelled_not_timed_out():
 async def test_a_read_that_times_out_leaves_its_task_free_to_go_on():
     """The timeout is the read's own: the task is not left cancelling, so the turn can still
     speak its fallback sentence (an await after the TimeoutError runs)."""
-    body = sse("one ", "two.")
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    half = body[:len(body) // 2]
-    server, url = await raw_server(head + b"%x\r\n%s\r\n" % (len(half), half), stall_after=True)
+    server, url = await half_a_stream_then_silence()
     http = PlainHTTP(url)
     with pytest.raises(TimeoutError):
         async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 0.2) as resp:
