@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import weakref
 
 from services.brain.server import BrainServicer
 from voicebot.v1 import brain_pb2
@@ -16,6 +18,14 @@ class SlowAgent:
         while True:
             yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(text="word "))
             await asyncio.sleep(0.02)
+
+
+class ShortAgent:
+    """A turn that says two things and ends."""
+
+    async def respond(self, request, committed=None):
+        for text in ("Sure, ", "we open at nine."):
+            yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(text=text))
 
 
 class Context:
@@ -67,3 +77,26 @@ async def test_a_converse_call_closed_between_events_leaves_its_trace_context_cl
         await converse.aclose()  # grpc closes the handler (the client cancelled)
     assert len(got) == 2
     assert "Failed to detach context" not in caplog.text
+
+
+async def test_a_finished_converse_turn_is_freed_without_the_cycle_collector():
+    """The turn's end was a StopAsyncIteration caught in the handler: the exception's traceback
+    held the handler's frame, and the frame (through its task) the exception, so every turn's
+    call state waited for the cycle collector: ~4,500 objects in each of the brain's young
+    collections at 200 sessions, 3-10 ms each (make bench-gateway, a gc.callbacks probe)."""
+    async def requests():
+        yield start()
+        yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())
+
+    context = Context()
+    freed = weakref.ref(context)
+    gc.collect()
+    gc.disable()
+    try:
+        got = [event async for event in BrainServicer(ShortAgent()).Converse(requests(), context)]
+        del context
+        await asyncio.sleep(0.01)  # the commit's reader, cancelled, finishes
+        assert [event.delta.text for event in got] == ["Sure, ", "we open at nine."]
+        assert freed() is None, "the finished turn's call state is held in a reference cycle"
+    finally:
+        gc.enable()
