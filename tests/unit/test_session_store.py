@@ -77,6 +77,68 @@ async def test_a_write_between_the_read_and_the_write_is_not_lost(store, other_w
     assert stored.version == 3
 
 
+def their_turn(client, key: str, turn: Turn) -> None:
+    """Another replica stores a turn."""
+    theirs = SessionHistory.from_json(client.get(key))
+    theirs.turns.append(turn)
+    theirs.version += 1
+    client.set(key, theirs.to_json())
+
+
+async def test_an_update_from_the_turns_own_read_reads_nothing_again(store, other_writer):
+    """A turn reads its session when it starts and stores itself when it ends: the store starts
+    from that read, and the compare-and-set is the only round trip."""
+    session = uuid.uuid4().hex
+    await store.append_turn("alice", session, Turn("t1", "q1", "a1"))
+    read = await store.load("alice", session)
+    reads, get = [], store.redis.get
+
+    async def counted_get(key):
+        reads.append(key)
+        return await get(key)
+
+    store.redis.get = counted_get
+    def append(turn_id: str):
+        return lambda history: history.turns.append(Turn(turn_id, "q", "a"))
+
+    history = await store.update("alice", session, append("t2"), read=read)
+    again = await store.update("alice", session, append("t3"), read=history)  # its write, its read
+    assert reads == []
+    stored = await store.load("alice", session)
+    assert [t.turn_id for t in stored.turns] == ["t1", "t2", "t3"] == [t.turn_id for t in again.turns]
+    assert stored.version == again.version == 3
+
+
+async def test_a_write_after_the_turns_read_is_not_lost(store, other_writer):
+    session = uuid.uuid4().hex
+    key = store.key("alice", session)
+    await store.append_turn("alice", session, Turn("t1", "q1", "a1"))
+    read = await store.load("alice", session)
+    their_turn(other_writer, key, Turn("t2", "q2", "a2"))  # between this turn's start and its end
+    calls = []
+
+    def append_mine(history: SessionHistory) -> None:
+        calls.append(history.version)
+        history.turns.append(Turn("t3", "q3", "a3"))
+
+    history = await store.update("alice", session, append_mine, read=read)
+    assert calls == [1, 2]  # the compare-and-set failed on the turn's read; re-applied on a fresh one
+    stored = await store.load("alice", session)
+    assert [t.turn_id for t in stored.turns] == ["t1", "t2", "t3"] == [t.turn_id for t in history.turns]
+
+
+async def test_a_change_that_changes_nothing_answers_with_what_is_stored_now(store, other_writer):
+    """Nothing to write on the turn's read is not an answer: another replica may have written
+    since, and the caller gets that."""
+    session = uuid.uuid4().hex
+    key = store.key("alice", session)
+    await store.append_turn("alice", session, Turn("t1", "q1", "a1"))
+    read = await store.load("alice", session)
+    their_turn(other_writer, key, Turn("t2", "q2", "a2"))
+    history = await store.update("alice", session, heard("t1"), read=read)
+    assert history.version == 2 and [t.turn_id for t in history.turns] == ["t1", "t2"]
+
+
 async def test_a_value_of_another_shape_is_compared_whole(store, other_writer):
     """A history whose JSON does not start with its version (not written by this store) is
     still updated, and still compare-and-set: by a hash of the whole value."""
