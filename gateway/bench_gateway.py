@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import websockets
+from prometheus_client import generate_latest
 from websockets.frames import Frame, Opcode
 
 from gateway import bench_hops
@@ -247,7 +248,7 @@ async def send_frame(ws, pcm: bytes) -> None:
 
 async def run_sessions(url: str, count: int, seconds: float, period: tuple[float, float],
                        gateway_pid: int, others: dict[str, int], warmup_s: float = 2.0,
-                       samples: bool = False) -> dict:
+                       samples: bool = False, brain_metrics: str | None = None) -> dict:
     """``count`` callers arriving in batches, streaming real-time audio; measured for ``seconds``
     after ``warmup_s``: turns, errors, and the CPU of every process (the gateway's, and the
     others' for context) in that window. ``samples``: each turn's figures too (``*_samples_ms``)."""
@@ -275,6 +276,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     others_start = {name: cpu_seconds(pid) for name, pid in others.items()}
     others_start["client"] = own_cpu_seconds()
     counters_start = await gateway_counters(url)
+    gc_start = await gc_pauses_now(counters_start, brain_metrics)
     for s in sessions:
         s.turns.clear()
         s.brain_ms.clear()
@@ -284,7 +286,9 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     await asyncio.sleep(seconds)
     cpu = cpu_seconds(gateway_pid) - cpu_start
     rss = resident_mib(gateway_pid)
-    counters = {k: v - counters_start.get(k, 0.0) for k, v in (await gateway_counters(url)).items()}
+    counters_end = await gateway_counters(url)
+    gc_end = await gc_pauses_now(counters_end, brain_metrics)
+    counters = {k: v - counters_start.get(k, 0.0) for k, v in counters_end.items()}
     others_cores = {name: (cpu_seconds(pid) - others_start[name]) / seconds for name, pid in others.items()}
     others_cores["client"] = (own_cpu_seconds() - others_start["client"]) / seconds
     frames = sum(s.frames for s in sessions) - frames_start
@@ -320,6 +324,10 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         "gateway_cores": cpu / seconds, "gateway_us_per_frame": cpu / max(1, frames) * 1e6,
         "gateway_rss_mib": rss,
         "client_tick_p99_ms": percentile(late_ms, 0.99), "other_cores": others_cores,
+        # Each process's collections in the window and how long they stopped it, ms.
+        "gc_pauses": {name: {"collections": round(end["collections"] - gc_start[name]["collections"]),
+                             "ms": round((end["seconds"] - gc_start[name]["seconds"]) * 1000, 1)}
+                      for name, end in gc_end.items()},
         "stt_messages_per_frame": counters["stt_messages"] / max(1.0, counters["frames"]),
         "ws_messages_per_turn": sum(s.received for s in sessions) / max(1, len(turns)),
         "reply_deltas_per_turn": sum(s.deltas for s in sessions) / max(1, len(turns)),
@@ -352,7 +360,9 @@ def stop_proc(stack: Stack, proc: Proc) -> None:
     stack.procs.remove(proc)
 
 
-def start_backends(stack: Stack, guard: bool) -> tuple[dict[str, int], str, dict[str, int]]:
+def start_backends(stack: Stack, guard: bool) -> tuple[dict[str, int], str, dict[str, int], str]:
+    """Redis, the fakes and the brain: the upstream ports, Redis's URL, the processes' pids and
+    the brain's metrics URL."""
     redis_port = free_port()
     stack.start_redis(redis_port)
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
@@ -368,7 +378,7 @@ def start_backends(stack: Stack, guard: bool) -> tuple[dict[str, int], str, dict
     })
     pids = {"brain": brain.popen.pid, "fake_speech": speech.popen.pid, "fake_llm": llm.popen.pid}
     ports = {"stt": speech.ready["stt"], "tts": speech.ready["tts"], "brain": brain.ready["grpc"]}
-    return ports, redis_url, pids
+    return ports, redis_url, pids, f"http://127.0.0.1:{brain.ready['metrics']}/metrics"
 
 
 def _pin(pid: int, cores: set[int]) -> None:
@@ -388,19 +398,45 @@ def pin_cores(gateway_pid: int, other_pids: list[int], cores: list[int]) -> None
         _pin(pid, set(cores[:-1]))
 
 
-async def gateway_counters(url: str) -> dict[str, float]:
-    """The gateway's own counts: audio frames in, audio messages to STT."""
+async def scrape(metrics_url: str) -> str:
     import httpx
 
+    async with httpx.AsyncClient() as http:
+        return (await http.get(metrics_url)).text
+
+
+def gc_pauses(text: str) -> dict[str, float]:
+    """A process's collections so far and the time they stopped it (``voicebot_gc_pause_seconds``,
+    all generations), from its Prometheus text."""
+    found = {"collections": 0.0, "seconds": 0.0}
+    for line in text.splitlines():
+        if line.startswith("voicebot_gc_pause_seconds_count{"):
+            found["collections"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("voicebot_gc_pause_seconds_sum{"):
+            found["seconds"] += float(line.rsplit(" ", 1)[1])
+    return found
+
+
+async def gateway_counters(url: str) -> dict[str, float]:
+    """The gateway's own counts: audio frames in, audio messages to STT, its collections."""
     names = {"voicebot_gateway_audio_frames_total": "frames",
              "voicebot_gateway_stt_audio_messages_total": "stt_messages"}
-    async with httpx.AsyncClient() as http:
-        text = (await http.get(http_base(url) + "/metrics")).text
+    text = await scrape(http_base(url) + "/metrics")
     found = {"frames": 0.0, "stt_messages": 0.0}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name in names:
             found[names[name]] = float(value)
+    return {**found, **{f"gc_{key}": value for key, value in gc_pauses(text).items()}}
+
+
+async def gc_pauses_now(gateway_counts: dict[str, float],
+                        brain_metrics: str | None) -> dict[str, dict[str, float]]:
+    """Collections so far of the gateway (from its counters), the brain and this client."""
+    gateway = {"collections": gateway_counts["gc_collections"], "seconds": gateway_counts["gc_seconds"]}
+    found = {"gateway": gateway, "client": gc_pauses(generate_latest().decode())}
+    if brain_metrics:
+        found["brain"] = gc_pauses(await scrape(brain_metrics))
     return found
 
 
@@ -428,7 +464,7 @@ def in_turns(names: list[str], rounds: int) -> list[list[str]]:
 
 
 async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int], others: dict[str, int],
-                              seconds: float, rounds: int) -> dict[str, dict]:
+                              seconds: float, rounds: int, brain_metrics: str) -> dict[str, dict]:
     """One caller's turns on each variant's gateway, the variants taking turns in ``rounds``
     rounds (the order rotated each round), so that a machine whose speed drifts within the hour
     (as these shared ones do) slows every variant alike; each variant's rounds pooled."""
@@ -436,7 +472,8 @@ async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int]
     for order in in_turns(list(urls), rounds):
         for name in order:
             parts[name].append(await run_sessions(urls[name], 1, seconds / rounds, (1.5, 2.0),
-                                                  gateway_pids[name], others, warmup_s=1.0, samples=True))
+                                                  gateway_pids[name], others, warmup_s=1.0, samples=True,
+                                                  brain_metrics=brain_metrics))
     return {name: pooled(runs) for name, runs in parts.items()}
 
 
@@ -460,11 +497,13 @@ def pooled(runs: list[dict]) -> dict:
     for key in ("gateway_cores", "gateway_us_per_frame", "stt_messages_per_frame", "ws_messages_per_turn",
                 "reply_deltas_per_turn"):
         out[key] = sum(r[key] for r in runs) / len(runs)
+    out["gc_pauses"] = {name: {key: round(sum(r["gc_pauses"][name][key] for r in runs), 1)
+                               for key in ("collections", "ms")} for name in runs[-1]["gc_pauses"]}
     return out
 
 
 async def interleaved_loads(urls: dict[str, str], gateway_pids: dict[str, int], others: dict[str, int],
-                            args) -> dict[str, list[dict]]:
+                            args, brain_metrics: str) -> dict[str, list[dict]]:
     """Each level of ``--sessions`` on every variant's gateway, the variants taking turns in
     ``--load-rounds`` rounds of ``--seconds`` / rounds each (the order rotated each round), each
     variant's rounds at a level pooled; without the per-turn samples (the JSON stays small)."""
@@ -475,7 +514,8 @@ async def interleaved_loads(urls: dict[str, str], gateway_pids: dict[str, int], 
             for name in order:
                 await until_idle(http_base(urls[name]))
                 parts[name].append(await run_sessions(urls[name], count, args.seconds / args.load_rounds,
-                                                      (2.0, 4.0), gateway_pids[name], others, samples=True))
+                                                      (2.0, 4.0), gateway_pids[name], others, samples=True,
+                                                      brain_metrics=brain_metrics))
         for name in urls:
             merged = pooled(parts[name])
             loads[name].append({k: v for k, v in merged.items() if not k.endswith("_samples_ms")})
@@ -515,15 +555,17 @@ def table(results: dict) -> str:
             f"{fmt(lat['ws_messages_per_turn'], '.1f')} WebSocket messages to the client per turn "
             f"({fmt(lat['reply_deltas_per_turn'], '.1f')} reply.delta)",
             "  sessions  admitted  refused  turns  p50 ms  p99 ms  brain p50/p99  w/o brain  "
-            "missed  errors      gw cores  us/frame  gw MiB  brain  fakes  client",
+            "missed  errors      gw cores  us/frame  gw MiB  brain  fakes  client  gc ms gw/brain",
             "  --------  --------  -------  -----  ------  ------  -------------  ---------  "
-            "------  ----------  --------  --------  ------  -----  -----  ------"]
+            "------  ----------  --------  --------  ------  -----  -----  ------  --------------"]
         for load in r["load"]:
             errors = ",".join(f"{k}:{v}" for k, v in sorted(load["errors"].items())) or "0"
             other = load["other_cores"]
             brain, without = ("/".join(fmt(load.get(f"{key}_p{q}_ms"), ".0f") for q in (50, 99))
                               for key in ("brain", "without_brain"))
             fakes = other.get("fake_speech", 0) + other.get("fake_llm", 0)
+            pauses = load.get("gc_pauses", {})
+            gc_ms = "/".join(fmt(pauses.get(name, {}).get("ms"), ".0f") for name in ("gateway", "brain"))
             rows.append(
                 f"  {load['sessions']:>8}  {load['admitted']:>8}  {load['refused']:>7}  {load['turns']:>5}  "
                 f"{fmt(load['turn_p50_ms']):>6}  {fmt(load['turn_p99_ms']):>6}  "
@@ -531,12 +573,13 @@ def table(results: dict) -> str:
                 f"{load['missed_turns']:>6}  {errors:<10}  "
                 f"{fmt(load['gateway_cores'], '.2f'):>8}  {fmt(load['gateway_us_per_frame'], '.0f'):>8}  "
                 f"{fmt(load.get('gateway_rss_mib'), '.0f'):>6}  "
-                f"{other.get('brain', 0):>5.2f}  {fakes:>5.2f}  {other.get('client', 0):>6.2f}")
+                f"{other.get('brain', 0):>5.2f}  {fakes:>5.2f}  {other.get('client', 0):>6.2f}  {gc_ms:>14}")
         rows.append("")
     rows.append("cores: CPU seconds per second of each process over the measured window; us/frame: the "
                 "gateway's CPU per 20 ms audio frame received; gw MiB: its resident memory at the end; "
                 "brain p50/p99: the gateway's request to the brain's first text (turn.metrics llm_ttft), ms; "
-                "w/o brain p50/p99: each turn less that share of it, ms")
+                "w/o brain p50/p99: each turn less that share of it, ms; gc ms: how long the cycle collector "
+                "stopped the gateway and the brain in the window (voicebot_gc_pause_seconds)")
     return "\n".join(rows)
 
 
@@ -549,7 +592,7 @@ async def main_async(args) -> dict:
         cores = sorted(os.sched_getaffinity(0))  # before --pin narrows this process's own
         print("measuring this machine's hops between processes ...", file=sys.stderr, flush=True)
         results["machine"]["hops"] = await bench_hops.measure()  # before the stack loads the cores
-        upstream, redis_url, pids = start_backends(stack, args.guard)
+        upstream, redis_url, pids, brain_metrics = start_backends(stack, args.guard)
         # The client's own collections would show as the gateway's latency.
         gc_tuning.settle(gc_tuning.configured())
         # Every variant's gateway at once (idle ones cost nothing), so that the variants can
@@ -565,9 +608,10 @@ async def main_async(args) -> dict:
             for pid in gateway_pids.values():
                 pin_cores(pid, [os.getpid(), *others], cores)
         urls = {name: f"ws://127.0.0.1:{gateway.ready['http']}/v1/call" for name, gateway in gateways.items()}
-        latency = await interleaved_latency(urls, gateway_pids, pids, args.latency_seconds, args.rounds)
+        latency = await interleaved_latency(urls, gateway_pids, pids, args.latency_seconds, args.rounds,
+                                            brain_metrics)
         base = latency[args.variants[0]]["turn_samples_ms"]
-        loads = await interleaved_loads(urls, gateway_pids, pids, args)
+        loads = await interleaved_loads(urls, gateway_pids, pids, args, brain_metrics)
         for name, gateway in gateways.items():
             stop_proc(stack, gateway)
             results["variants"][name] = {"latency": latency[name], "load": loads[name], "env": VARIANTS[name]}

@@ -11,7 +11,9 @@ def test_a_variants_latency_rounds_are_pooled_as_one_sample():
         return {"turn_samples_ms": turns, "brain_samples_ms": [4.0] * len(turns),
                 "without_brain_samples_ms": [t - 4.0 for t in turns], "missed_turns": 1, "errors": errors,
                 "gateway_cores": cores, "gateway_us_per_frame": 100.0, "stt_messages_per_frame": 0.1,
-                "ws_messages_per_turn": 17.0, "reply_deltas_per_turn": 1.0}
+                "ws_messages_per_turn": 17.0, "reply_deltas_per_turn": 1.0,
+                "gc_pauses": {"gateway": {"collections": 2, "ms": 3.5},
+                              "brain": {"collections": 1, "ms": 2.0}}}
 
     merged = pooled([run([6.0, 7.0, 8.0], {"internal": 1}, 0.02),
                      run([9.0, 10.0], {"internal": 2, "x": 1}, 0.04)])
@@ -20,6 +22,9 @@ def test_a_variants_latency_rounds_are_pooled_as_one_sample():
     assert merged["without_brain_p50_ms"] == 4.0 and merged["brain_p50_ms"] == 4.0
     assert merged["missed_turns"] == 2 and merged["errors"] == {"internal": 3, "x": 1}
     assert abs(merged["gateway_cores"] - 0.03) < 1e-9
+    # The collector's pauses of both rounds: the whole time each process was stopped.
+    assert merged["gc_pauses"] == {"gateway": {"collections": 4, "ms": 7.0},
+                                   "brain": {"collections": 2, "ms": 4.0}}
 
 
 async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(monkeypatch):
@@ -29,13 +34,14 @@ async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(mon
 
     calls = []
 
-    async def run_sessions(url, count, seconds, period, gateway_pid, others, samples=False):
+    async def run_sessions(url, count, seconds, period, gateway_pid, others, samples=False,
+                           brain_metrics=None):
         calls.append((url, count, seconds))
         turns = [float(len(calls))]
         return {"turn_samples_ms": turns, "brain_samples_ms": [1.0], "without_brain_samples_ms": [0.0],
                 "missed_turns": 0, "errors": {}, "gateway_cores": 0.5, "gateway_us_per_frame": 60.0,
                 "stt_messages_per_frame": 0.1, "ws_messages_per_turn": 17.0, "reply_deltas_per_turn": 1.0,
-                "sessions": count}
+                "sessions": count, "gc_pauses": {"gateway": {"collections": 0, "ms": 0.0}}}
 
     async def until_idle(http_url):
         return None
@@ -44,7 +50,8 @@ async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(mon
     monkeypatch.setattr(bench_gateway, "until_idle", until_idle)
     urls = {"a": "ws://a/v1/call", "b": "ws://b/v1/call"}
     loads = await bench_gateway.interleaved_loads(urls, {"a": 1, "b": 2}, {},
-                                                  Namespace(sessions=[10, 50], seconds=20.0, load_rounds=2))
+                                                  Namespace(sessions=[10, 50], seconds=20.0, load_rounds=2),
+                                                  "http://brain/metrics")
 
     # Per level, the order rotates each round; each round gets half the level's seconds.
     assert [(url[5], count) for url, count, _ in calls] == [

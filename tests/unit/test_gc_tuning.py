@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 
 import pytest
+from prometheus_client import REGISTRY
 
 from voicebot.common import gc_tuning
 
@@ -62,3 +63,24 @@ def test_the_setting_comes_from_voicebot_gc(monkeypatch):
     assert gc_tuning.configured() == (3000, 12, 40)
     monkeypatch.delenv("VOICEBOT_GC")
     assert gc_tuning.configured() == (5000, 20, 100)
+
+
+def test_each_collection_is_timed_by_generation_once_settled(restore_gc):
+    """Whatever the setting, a settled service reports how long each collection stopped it
+    (voicebot_gc_pause_seconds), once per collection however often it was settled."""
+    def timed(generation: int) -> tuple[float, float]:
+        labels = {"generation": str(generation)}
+        return (REGISTRY.get_sample_value("voicebot_gc_pause_seconds_count", labels) or 0.0,
+                REGISTRY.get_sample_value("voicebot_gc_pause_seconds_sum", labels) or 0.0)
+
+    gc_tuning.settle(gc_tuning.configured("python"))
+    gc_tuning.settle(gc_tuning.configured("5000,20,100"))
+    (young, _), (full, full_s) = timed(0), timed(2)
+    cycles = [[] for _ in range(2000)]
+    for cycle in cycles:
+        cycle.append(cycle)  # garbage only the collector frees
+    del cycles
+    gc.collect(0)
+    gc.collect()
+    assert timed(0)[0] >= young + 1
+    assert timed(2)[0] == full + 1 and timed(2)[1] > full_s  # once, though settled twice
