@@ -33,16 +33,10 @@ import logging
 import time
 from typing import Any
 
-from prometheus_client import Histogram
-
 from voicebot.common.config import SharedSettings
+from voicebot.common.metrics import GC_PAUSES
 
 log = logging.getLogger("voicebot.gc")
-
-GC_PAUSES = Histogram(
-    "voicebot_gc_pause_seconds", "How long each run of the cycle collector stopped this process",
-    ["generation"], buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0))
-
 
 class PauseTimer:
     """A ``gc.callbacks`` entry: each collection's time, by generation, into ``GC_PAUSES``."""
