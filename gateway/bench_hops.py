@@ -1,11 +1,12 @@
 """What one hop between two processes costs on this machine (``make bench-gateway`` prints it).
 
 A turn with instant engines is mostly hops: the client's frame to the gateway, a message on the
-open STT stream and its endpoint back, the brain's call (and within it Redis and the LLM's HTTP
-stream), the TTS call, the audio to the client. On a shared two-core virtual machine a bare
-gRPC call between two idle processes takes over a millisecond, so the figures say how much of
-a turn is the machine's floor rather than the gateway's work, and make runs on different
-machines comparable. An echo server in a child process (``python -m gateway.bench_hops``), the
+open STT stream and its endpoint back, a message on the brain's call opened at the onset (and
+within it Redis and the LLM's HTTP stream), one on the TTS stream, the audio to the client. On
+a shared two-core virtual machine a bare gRPC call between two idle processes takes over a
+millisecond (a call is still timed: the ones opened at the onset cost it), so the figures say
+how much of a turn is the machine's floor rather than the gateway's work, and make runs on
+different machines comparable. An echo server in a child process (``python -m gateway.bench_hops``), the
 client in the bench's process; every probe waits ``GAP_S`` first, as a turn's hops come after
 the processes have idled between frames.
 """
@@ -132,10 +133,11 @@ async def _probe(count: int) -> dict[str, float]:
         await server.wait()
     # A turn with instant engines crosses, one after the other: the client's frame in and the
     # audio out (one round trip, in two halves), a message on the open STT stream and its
-    # endpoint back, the brain's call, inside it Redis's read and the LLM's first chunk (two
-    # round trips), and the text on the TTS stream (opened beside the brain's call) and its audio.
-    result["turn_floor_ms"] = (2 * result["grpc_stream_message_ms"] + result["grpc_call_ms"]
-                               + 3 * result["socket_round_trip_ms"])
+    # endpoint back, the request on the brain's call and its first text back (the call was opened
+    # at the speech's onset: gateway/standby.py), inside it Redis's read and the LLM's first chunk
+    # (two round trips), and the text on the TTS stream (opened at the onset too) and its audio.
+    # (Until 2026-12-04 it counted the brain's hop as a whole call, 0.4-1.0 ms more.)
+    result["turn_floor_ms"] = 3 * result["grpc_stream_message_ms"] + 3 * result["socket_round_trip_ms"]
     return result
 
 
