@@ -38,6 +38,7 @@ from voicebot.common.metrics import GC_PAUSES
 
 log = logging.getLogger("voicebot.gc")
 
+
 class PauseTimer:
     """A ``gc.callbacks`` entry: each collection's time, by generation, into ``GC_PAUSES``."""
 
@@ -59,6 +60,7 @@ def time_pauses() -> None:
     """Time every collection of this process from now on (once, however often it is called)."""
     if _timer not in gc.callbacks:
         gc.callbacks.append(_timer)
+
 
 PYTHON_DEFAULTS = "python"
 
