@@ -4,11 +4,12 @@ A turn with instant engines is mostly hops: the client's frame to the gateway, a
 open STT stream and its endpoint back, a message on the brain's call opened at the onset (and
 within it Redis and the LLM's HTTP stream), one on the TTS stream, the audio to the client. On
 a shared two-core virtual machine a bare gRPC call between two idle processes takes over a
-millisecond (a call is still timed: the ones opened at the onset cost it), so the figures say
-how much of a turn is the machine's floor rather than the gateway's work, and make runs on
-different machines comparable. An echo server in a child process (``python -m gateway.bench_hops``), the
-client in the bench's process; every probe waits ``GAP_S`` first, as a turn's hops come after
-the processes have idled between frames.
+millisecond (still timed: the calls opened at the onset cost one each), so the figures say how
+much of a turn is the machine's floor rather than the gateway's work, and make runs on
+different machines comparable. Both ends are processes of their own, started as the services
+are (``python -m gateway.bench_hops probe N`` against ``python -m gateway.bench_hops``); every
+probe waits ``GAP_S`` first, as a turn's hops come after the processes have idled between
+frames.
 """
 
 from __future__ import annotations
