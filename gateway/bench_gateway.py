@@ -275,8 +275,8 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     cpu_start, frames_start = cpu_seconds(gateway_pid), sum(s.frames for s in sessions)
     others_start = {name: cpu_seconds(pid) for name, pid in others.items()}
     others_start["client"] = own_cpu_seconds()
-    counters_start = await gateway_counters(url)
-    gc_start = await gc_pauses_now(counters_start, brain_metrics)
+    counters_start, gateway_gc = await gateway_counters(url)
+    gc_start = await gc_pauses_now(gateway_gc, brain_metrics)
     for s in sessions:
         s.turns.clear()
         s.brain_ms.clear()
@@ -286,8 +286,8 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     await asyncio.sleep(seconds)
     cpu = cpu_seconds(gateway_pid) - cpu_start
     rss = resident_mib(gateway_pid)
-    counters_end = await gateway_counters(url)
-    gc_end = await gc_pauses_now(counters_end, brain_metrics)
+    counters_end, gateway_gc = await gateway_counters(url)
+    gc_end = await gc_pauses_now(gateway_gc, brain_metrics)
     counters = {k: v - counters_start.get(k, 0.0) for k, v in counters_end.items()}
     others_cores = {name: (cpu_seconds(pid) - others_start[name]) / seconds for name, pid in others.items()}
     others_cores["client"] = (own_cpu_seconds() - others_start["client"]) / seconds
@@ -417,8 +417,9 @@ def gc_pauses(text: str) -> dict[str, float]:
     return found
 
 
-async def gateway_counters(url: str) -> dict[str, float]:
-    """The gateway's own counts: audio frames in, audio messages to STT, its collections."""
+async def gateway_counters(url: str) -> tuple[dict[str, float], dict[str, float]]:
+    """The gateway's own counts (audio frames in, audio messages to STT) and its collections
+    (``gc_pauses``), from one scrape."""
     names = {"voicebot_gateway_audio_frames_total": "frames",
              "voicebot_gateway_stt_audio_messages_total": "stt_messages"}
     text = await scrape(http_base(url) + "/metrics")
@@ -427,13 +428,11 @@ async def gateway_counters(url: str) -> dict[str, float]:
         name, _, value = line.partition(" ")
         if name in names:
             found[names[name]] = float(value)
-    return {**found, **{f"gc_{key}": value for key, value in gc_pauses(text).items()}}
+    return found, gc_pauses(text)
 
 
-async def gc_pauses_now(gateway_counts: dict[str, float],
-                        brain_metrics: str | None) -> dict[str, dict[str, float]]:
-    """Collections so far of the gateway (from its counters), the brain and this client."""
-    gateway = {"collections": gateway_counts["gc_collections"], "seconds": gateway_counts["gc_seconds"]}
+async def gc_pauses_now(gateway: dict[str, float], brain_metrics: str | None) -> dict[str, dict[str, float]]:
+    """Collections so far of the gateway (scraped with its counters), the brain and this client."""
     found = {"gateway": gateway, "client": gc_pauses(generate_latest().decode())}
     if brain_metrics:
         found["brain"] = gc_pauses(await scrape(brain_metrics))
