@@ -253,9 +253,10 @@ class Agent:
                 await self._store_blocked(turn)
             else:
                 outcome = "fallback" if turn.fallback else "completed"
-                final = await self._finish(turn)
-            recorded = True
-            await self._store_record(turn, outcome)
+                final, recorded = await self._finish(turn, outcome)
+            if not recorded:
+                recorded = True
+                await self._store_record(turn, outcome)
             if outcome != "blocked":
                 yield final
         finally:
@@ -401,7 +402,9 @@ class Agent:
         return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, blocked=brain_pb2.Blocked(
             text=self.sentences.blocked, reason="off_topic"))
 
-    async def _finish(self, turn: TurnRun) -> brain_pb2.RespondEvent:
+    async def _finish(self, turn: TurnRun, outcome: str) -> tuple[brain_pb2.RespondEvent, bool]:
+        """The turn stored, with its record in the same Redis step; the final event, and whether
+        the record was stored (not when the history's write failed: ``_store_record`` tries)."""
         request = turn.request
         reply = turn.reply() or self.sentences.fallback
         turn.record["reply"] = reply
@@ -429,10 +432,13 @@ class Agent:
             history.turns.append(stored)
             history.state = state
 
+        recorded = False
         try:
-            # From the history the turn read: one Redis round trip less per turn.
+            # From the history the turn read, and with the turn's record: one Redis round trip
+            # per turn's end, not three.
             history = await self.store.update(request.user_id, request.session_id, append,
-                                              read=turn.history)
+                                              read=turn.history, record=self._record_of(turn, outcome))
+            recorded = True
             if self.settings.prefill_after_reply and not turn.fallback:
                 self._in_background(self._prefill(history, request))
         except RedisError as exc:
@@ -442,7 +448,7 @@ class Agent:
             turn.record["history_write_failed"] = True
             log.error("could not store the turn in history", extra={"error": repr(exc)})
         return brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
-            text=reply, dialog_state=state.mode.value, fallback=turn.fallback))
+            text=reply, dialog_state=state.mode.value, fallback=turn.fallback)), recorded
 
     # ---- what code decides -------------------------------------------------
     async def _main(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
@@ -911,10 +917,14 @@ class Agent:
             primes.append(self.guard.prefill(request.text, request.language))
         await asyncio.gather(*primes)
 
-    async def _store_record(self, turn: TurnRun, outcome: str) -> None:
+    def _record_of(self, turn: TurnRun, outcome: str) -> dict[str, Any]:
         turn.record.update(outcome=outcome, ms=round((self.clock() - turn.started) * 1000))
+        return turn.record
+
+    async def _store_record(self, turn: TurnRun, outcome: str) -> None:
         try:
-            await self.store.add_record(turn.request.user_id, turn.request.session_id, turn.record)
+            await self.store.add_record(turn.request.user_id, turn.request.session_id,
+                                        self._record_of(turn, outcome))
         except Exception:  # a lost record must not fail a turn
             log.exception("could not store the turn record")
 

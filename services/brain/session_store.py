@@ -99,6 +99,10 @@ def _with_version(version: int, body: str) -> str:
     return f'{{"version": {version}, {body}'
 
 
+def _record_json(record: dict[str, Any]) -> str:
+    return json.dumps(record, default=str)
+
+
 def _version_token(raw: bytes | None) -> str:
     """What the compare-and-set compares: the stored version, read from the value's start
     (``to_json`` always writes it first); "-" for no value; a hash for a value of another shape.
@@ -111,7 +115,9 @@ def _version_token(raw: bytes | None) -> str:
 
 _VERSION = re.compile(rb'\{"version": (\d+),')
 
-# KEYS[1]: the history; ARGV: the token the change was made on, the new value, the TTL.
+# KEYS[1]: the history; ARGV: the token the change was made on, the new value, the TTL. With a
+# turn's record (KEYS[2]: the records stream; ARGV[4]: the record, ARGV[5]: how many to keep) the
+# record is appended in the same step, only when the history is written: once.
 _CAS = """
 local cur = redis.call('GET', KEYS[1])
 local token = '-'
@@ -120,16 +126,30 @@ if cur then
 end
 if token ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if ARGV[4] then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'record', ARGV[4])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
 return 1
+"""
+
+# KEYS[1]: the records stream; ARGV: the record, how many to keep, the TTL. One command, not a
+# MULTI/XADD/EXPIRE/EXEC transaction: the same atomic step for a quarter of the client's work.
+_RECORD = """
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'record', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
 """
 
 
 class SessionStore:
-    def __init__(self, redis: aioredis.Redis, ttl_s: int, max_turns: int = 200) -> None:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int, max_turns: int = 200,
+                 max_records: int = 200) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
         self.max_turns = max_turns
+        self.max_records = max_records
         self._cas = redis.register_script(_CAS)
+        self._record = redis.register_script(_RECORD)
 
     @staticmethod
     def key(user_id: str, session_id: str) -> str:
@@ -149,14 +169,21 @@ class SessionStore:
         change: Callable[[SessionHistory], Any],
         attempts: int = 20,
         read: SessionHistory | None = None,
+        record: dict[str, Any] | None = None,
     ) -> SessionHistory:
         """Apply ``change`` atomically; re-read and re-apply when another writer got there first.
 
         ``change`` may run more than once (once per attempt), each time on a fresh copy. ``read``:
         the session as the caller read it earlier (``load``, or an earlier ``update``): the first
         attempt starts from its stored value instead of reading it again, one round trip less
-        on every turn; a write in between fails the compare-and-set and the next attempt reads."""
+        on every turn; a write in between fails the compare-and-set and the next attempt reads.
+        ``record``: the turn's record (``add_record``), appended in the same step as the history
+        that succeeds (one round trip less again), or on its own when there is nothing to write."""
         key = self.key(user_id, session_id)
+        keys, extra = [key], []
+        if record is not None:
+            keys.append(self.records_key(user_id, session_id))
+            extra = [_record_json(record), self.max_records]
         for attempt in range(attempts):
             raw = read.source if read is not None and attempt == 0 else await self._get(key)
             history = SessionHistory.from_json(raw)
@@ -164,13 +191,15 @@ class SessionStore:
             history.turns = history.turns[-self.max_turns:]
             body = history._body()
             if raw is not None and raw == _with_version(history.version, body).encode():
-                if read is None or attempt > 0:
-                    return history  # nothing changed: this was a read, and nothing is written
-                continue  # nothing changed from the earlier read: the answer is what is stored now
+                if read is not None and attempt == 0:
+                    continue  # nothing changed from the earlier read: the answer is what is stored now
+                if record is not None:
+                    await self.add_record(user_id, session_id, record)
+                return history  # nothing changed: this was a read, and nothing is written
             token = _version_token(raw)
             history.version += 1
             written = _with_version(history.version, body)
-            if await self._cas(keys=[key], args=[token, written, self.ttl_s]):
+            if await self._cas(keys=keys, args=[token, written, self.ttl_s, *extra]):
                 history.source = written.encode()
                 return history
         raise RuntimeError(f"session {session_id}: too much write contention")
@@ -188,15 +217,10 @@ class SessionStore:
     def records_key(user_id: str, session_id: str) -> str:
         return f"vb:brain:{{{user_id}:{session_id}}}:records"
 
-    async def add_record(self, user_id: str, session_id: str, record: dict[str, Any],
-                         max_records: int = 200) -> None:
+    async def add_record(self, user_id: str, session_id: str, record: dict[str, Any]) -> None:
         """Per-turn record (LLM calls, tools, guard, final text): answers "why did it say that?"."""
-        key = self.records_key(user_id, session_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(key, {"record": json.dumps(record, default=str)}, maxlen=max_records,
-                      approximate=True)
-            pipe.expire(key, self.ttl_s)
-            await pipe.execute()
+        await self._record(keys=[self.records_key(user_id, session_id)],
+                           args=[_record_json(record), self.max_records, self.ttl_s])
 
     async def records(self, user_id: str, session_id: str) -> list[dict[str, Any]]:
         entries = await self.redis.xrange(self.records_key(user_id, session_id))

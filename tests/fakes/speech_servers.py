@@ -10,9 +10,10 @@ speech is all the gateway's and the brain's). The transcript is ``FAKE_STT_TEXT`
 ``FAKE_STT_MAX_STREAMS`` (0: none) refuses streams beyond it with RESOURCE_EXHAUSTED, as the
 real service does.
 
-TTS: each piece the real segmenter cuts, with the real service's defaults (the reply's first
-piece at its first comma: "Sure," is spoken while the rest is written), is 60 ms of quiet audio
-per word, in 100 ms chunks, sent as soon as the piece is complete.
+TTS: each piece the real segmenter cuts, with the real service's settings (``TTS_*``, read as
+the real service reads them; by default the reply's first piece ends at its first comma: "Sure,"
+is spoken while the rest is written), is 60 ms of quiet audio per word, in chunks of at most
+``TTS_CHUNK_MS``, sent as soon as the piece is complete.
 """
 
 from __future__ import annotations
@@ -36,12 +37,6 @@ from voicebot.v1 import stt_pb2, stt_pb2_grpc, tts_pb2, tts_pb2_grpc
 SPEECH_PEAK = 1000
 PARTIAL_EVERY_MS = 400
 WORD_MS = 60
-CHUNK_MS = 100
-
-
-# How the real TTS cuts a reply (TTS_MAX_CLAUSE_CHARS, TTS_FIRST_CLAUSE_CHARS/_WORDS defaults).
-_SEGMENTS = tuple(TtsSettings.model_fields[name].default
-                  for name in ("max_clause_chars", "first_clause_chars", "first_clause_words"))
 
 
 class InstantStt(stt_pb2_grpc.SpeechToTextServicer):
@@ -115,6 +110,12 @@ class _Utterances:
 
 
 class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
+    def __init__(self, settings: TtsSettings) -> None:
+        # How the real TTS cuts a reply and chunks its audio.
+        self.segments = (settings.max_clause_chars, settings.first_clause_chars,
+                         settings.first_clause_words, settings.first_clause_min_words)
+        self.chunk_ms = settings.chunk_ms
+
     async def StreamingSynthesize(self, request_iterator, context):
         await context.send_initial_metadata(())  # as the real service does
         requests = aiter(request_iterator)
@@ -122,23 +123,23 @@ class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
         if first is None:
             return
         rate = first.config.sample_rate or 16000
-        segmenter = SentenceSegmenter(*_SEGMENTS)
+        segmenter = SentenceSegmenter(*self.segments)
         index = 0
         async for request in requests:
             if request.WhichOneof("request") == "text":
                 for sentence in segmenter.push(request.text):
-                    for event in _speak(sentence, index, rate):
+                    for event in _speak(sentence, index, rate, self.chunk_ms):
                         yield event
                     index += 1
         for sentence in segmenter.flush():
-            for event in _speak(sentence, index, rate):
+            for event in _speak(sentence, index, rate, self.chunk_ms):
                 yield event
             index += 1
 
 
-def _speak(sentence: str, index: int, rate: int) -> list[tts_pb2.SynthesizeEvent]:
+def _speak(sentence: str, index: int, rate: int, chunk_ms: int) -> list[tts_pb2.SynthesizeEvent]:
     total = len(sentence.split()) * WORD_MS * rate // 1000 * 2
-    chunk = CHUNK_MS * rate // 1000 * 2
+    chunk = max(2, chunk_ms * rate // 1000 * 2)
     events = [tts_pb2.SynthesizeEvent(sentence_started=tts_pb2.SentenceStarted(index=index, text=sentence))]
     events += [tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
         pcm16=bytes(min(chunk, total - start)), sample_rate=rate, sentence_index=index))
@@ -153,8 +154,9 @@ async def serve() -> None:
     ports = {}
     stt = InstantStt(os.environ.get("FAKE_STT_TEXT", "a table for two please"),
                      int(os.environ.get("FAKE_STT_MAX_STREAMS", "0")))
+    tts = InstantTts(TtsSettings())
     for name, add in (("stt", lambda s: stt_pb2_grpc.add_SpeechToTextServicer_to_server(stt, s)),
-                      ("tts", lambda s: tts_pb2_grpc.add_TextToSpeechServicer_to_server(InstantTts(), s))):
+                      ("tts", lambda s: tts_pb2_grpc.add_TextToSpeechServicer_to_server(tts, s))):
         server = grpc.aio.server()
         add(server)
         checker = health.aio.HealthServicer()

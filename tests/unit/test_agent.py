@@ -128,6 +128,32 @@ async def test_reply_streams_and_the_turn_is_stored(brain):
     assert [(t.user, t.assistant) for t in history.turns] == [("two people", "Okay, two people.")]
 
 
+async def test_a_completed_turns_record_is_stored_with_its_history(brain):
+    make, store, llm, _ = brain
+    llm.script = lambda _b: "We open at noon."
+    req = request("when do you open")
+    await run(make(), req)
+    [record] = await store.records("alice", req.session_id)
+    assert (record["turn_id"], record["outcome"], record["reply"]) == ("t1", "completed", "We open at noon.")
+    assert "history_write_failed" not in record
+
+
+async def test_a_failed_history_write_still_ends_the_turn_and_its_record_says_so(brain):
+    make, store, llm, _ = brain
+    llm.script = lambda _b: "We open at noon."
+    agent, req = make(), request("when do you open")
+
+    async def refused(*_args, **_kwargs):
+        raise aioredis.ConnectionError("redis went away")
+
+    agent.store.update = refused  # the turn's end only: its read went through
+    events = await run(agent, req)
+    assert kinds(events)[-1] == "final" and events[-1].final.text == "We open at noon."
+    [record] = await store.records("alice", req.session_id)
+    assert record["outcome"] == "completed" and record["history_write_failed"] is True
+    assert (await store.load("alice", req.session_id)).turns == []
+
+
 async def test_markdown_is_cleaned_from_the_stream(brain):
     make, _, llm, _ = brain
     llm.script = lambda _b: "**Sure!** Here: `Tuesday` works."

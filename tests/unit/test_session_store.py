@@ -170,3 +170,56 @@ async def test_serialised_history_round_trips(store):
     assert history.turns == [Turn("t1", "q", "a", steps=[step], context="[state]")]
     assert SessionHistory.from_json(history.to_json()).to_json() == history.to_json()
     assert list(json.loads(history.to_json())) == ["version", "turns", "state"]
+
+
+async def test_a_turns_record_is_stored_with_its_history_in_one_step(store, other_writer):
+    """A turn's end is one Redis command: the history's compare-and-set, which appends the
+    turn's record too (kept for the session's TTL)."""
+    session = uuid.uuid4().hex
+    read = await store.load("alice", session)
+    commands, execute = [], store.redis.execute_command
+
+    async def counted(*args, **options):
+        commands.append(args[0])
+        return await execute(*args, **options)
+
+    store.redis.execute_command = counted
+    await store.update("alice", session, lambda h: h.turns.append(Turn("t1", "q1", "a1")), read=read,
+                       record={"turn_id": "t1", "outcome": "completed"})
+    assert commands == ["EVALSHA"]
+    assert [t.turn_id for t in (await store.load("alice", session)).turns] == ["t1"]
+    assert await store.records("alice", session) == [{"turn_id": "t1", "outcome": "completed"}]
+    assert 0 < other_writer.ttl(store.records_key("alice", session)) <= 60
+
+
+async def test_a_record_is_appended_once_however_many_tries_the_history_takes(store, other_writer):
+    session = uuid.uuid4().hex
+    key = store.key("alice", session)
+    await store.append_turn("alice", session, Turn("t1", "q1", "a1"))
+    read = await store.load("alice", session)
+    their_turn(other_writer, key, Turn("t2", "q2", "a2"))  # the first compare-and-set fails
+    await store.update("alice", session, lambda h: h.turns.append(Turn("t3", "q3", "a3")), read=read,
+                       record={"turn_id": "t3"})
+    assert await store.records("alice", session) == [{"turn_id": "t3"}]
+    assert [t.turn_id for t in (await store.load("alice", session)).turns] == ["t1", "t2", "t3"]
+
+
+async def test_a_record_with_nothing_to_write_is_stored_on_its_own(store, other_writer):
+    session = uuid.uuid4().hex
+    await store.append_turn("alice", session, Turn("t1", "q1", "a full answer"))
+    await store.update("alice", session, heard("t1"), record={"turn_id": "t2", "outcome": "completed"})
+    assert (await store.load("alice", session)).version == 1  # the history was not written
+    assert await store.records("alice", session) == [{"turn_id": "t2", "outcome": "completed"}]
+
+
+async def test_records_are_trimmed_to_about_the_most_kept(redis_url):
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        store, session = SessionStore(redis, 60, max_records=3), uuid.uuid4().hex
+        for n in range(400):
+            await store.add_record("alice", session, {"n": n})
+        kept = [r["n"] for r in await store.records("alice", session)]
+        assert kept[-1] == 399 and kept == list(range(400 - len(kept), 400))
+        assert len(kept) < 400  # approximate trimming: whole stream nodes at a time
+    finally:
+        await redis.aclose()
