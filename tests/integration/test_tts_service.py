@@ -25,6 +25,8 @@ from voicebot.v1 import tts_pb2, tts_pb2_grpc
 pytestmark = pytest.mark.integration
 
 # One sentence of many clauses: rendered as many phrases (min 24 phonemes each).
+# Shorter than the default (1000): every sentence here is longer, so the chunking is seen.
+CHUNK_MS = 250
 LONG_SENTENCE = ", ".join(
     f"then on day {n} we walk along the quiet river past the old mill and the bridge" for n in range(1, 13)
 ) + "."
@@ -52,7 +54,7 @@ def piper_tts():
     try:
         proc = stack.start_service("tts", "services.tts.server", {
             "TTS_PORT": "0", "TTS_METRICS_PORT": "0", "TTS_MAX_CLAUSE_CHARS": "2000",
-            "TTS_FIRST_CLAUSE_CHARS": "0"})
+            "TTS_FIRST_CLAUSE_CHARS": "0", "TTS_CHUNK_MS": str(CHUNK_MS)})
         yield PiperProcess(f"127.0.0.1:{proc.ready['grpc']}", proc.ready["metrics"])
     finally:
         stack.stop()
@@ -119,11 +121,12 @@ async def test_first_sentence_is_spoken_before_the_text_stream_ends(piper_tts):
 
 
 @pytest.mark.parametrize("rate", [8000, 24000, 48000])
-async def test_audio_comes_in_chunks_of_at_most_100_ms_at_the_asked_rate(piper_tts, rate):
+async def test_audio_comes_in_chunks_of_at_most_chunk_ms_at_the_asked_rate(piper_tts, rate):
     records = await synthesize(piper_tts.addr, ["It is $12.50 for 2. ", "See you at 7:30 pm!"], rate)
     audio = [r for r in records if r[0] == "audio"]
     assert {r[3] for r in audio} == {rate}
-    assert max(r[2] for r in audio) <= rate // 10 * 2  # 100 ms of PCM16
+    assert max(r[2] for r in audio) <= rate * CHUNK_MS // 1000 * 2  # PCM16
+    assert len(audio) > len({r[1] for r in audio})  # a sentence longer than a chunk came in several
     for done in (r for r in records if r[0] == "done"):
         sent = sum(r[2] for r in audio if r[1] == done[1]) // 2
         assert sent * 1000 // rate == done[2]
