@@ -99,10 +99,35 @@ async def _answer(resp: Any) -> AsyncIterator[ChatChunk]:
     if resp.status_code >= 400:
         detail = (await resp.aread()).decode(errors="replace")[:300]
         raise LLMRequestError(f"HTTP {resp.status_code}: {detail}")
+    batches = resp.aiter_line_batches() if isinstance(resp, _PlainResponse) else _one_by_one(resp)
+    async for lines in batches:
+        chunks = [chunk for chunk in map(parse_sse_line, lines) if chunk is not None]
+        if chunks:
+            yield merged(chunks)
+
+
+async def _one_by_one(resp: Any) -> AsyncIterator[list[str]]:
     async for line in resp.aiter_lines():
-        chunk = parse_sse_line(line)
-        if chunk is not None:
-            yield chunk
+        yield [line]
+
+
+def merged(chunks: list[ChatChunk]) -> ChatChunk:
+    """Chunks that arrived together, as one. A server streams a token per event; when the brain
+    reads them after several have come (it was busy, or the server is faster than it), the rest
+    of the turn (cleaning, the guard's hold, the gateway's message) handles them once, not once
+    each. Text and tool-call deltas in order; the last finish, usage and timings; the first
+    token's alternatives (the guard's verdict reads them)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    one = ChatChunk(text="".join(chunk.text for chunk in chunks))
+    for chunk in chunks:
+        one.tool_calls += chunk.tool_calls
+        one.finish_reason = chunk.finish_reason or one.finish_reason
+        one.usage = chunk.usage or one.usage
+        one.timings = chunk.timings or one.timings
+        if one.top_logprobs is None:
+            one.top_logprobs = chunk.top_logprobs
+    return one
 
 
 class _Closed(Exception):
@@ -167,6 +192,10 @@ class _ReadTimer(_TaskCanceller):
             self._fire(f"no data for {self._limit:g} s")
 
 
+READ_BYTES = 65536
+MAX_CHUNK_LINE_BYTES = 4096  # a chunk's size line (and a trailer) is a few bytes
+
+
 class _PlainResponse:
     """The part of ``httpx.Response`` the client uses: status, headers, the body as lines."""
 
@@ -178,6 +207,8 @@ class _PlainResponse:
         length = headers.get("content-length")
         self._left = None if chunked or length is None else int(length)
         self._chunked = chunked
+        self._raw = bytearray()  # chunked framing read from the socket, not yet decoded
+        self._in_trailers = False  # the last chunk came; its trailers (or the blank line) follow
         self.complete = self._left == 0  # the whole body was read
         self._keep_alive = keep_alive and headers.get("connection", "").lower() != "close"
 
@@ -208,19 +239,22 @@ class _PlainResponse:
             timer.close()
 
     async def _next_piece(self) -> bytes | None:
-        """The next piece of the body; b"" at its end, None when the connection ended it."""
+        """The next piece of the body; b"" at its end, None when the connection ended it. Chunked:
+        everything of the body that has arrived in whole chunks, in one piece (one read of the
+        socket, however many events the server wrote meanwhile)."""
         reader = self._reader
         if self._chunked:
-            size_line = await reader.readline()
-            if not size_line.endswith(b"\n"):
-                raise _Closed("the server closed the connection mid-body")
-            size = int(size_line.split(b";", 1)[0], 16)
-            if size == 0:  # trailers, then the blank line
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
-                self.complete = True
-                return b""
-            return (await reader.readexactly(size + 2))[:-2]
+            while True:
+                data = self._whole_chunks()
+                if data or self.complete:
+                    return data
+                more = await reader.read(READ_BYTES)
+                if not more:
+                    if self._in_trailers:  # closed after the last chunk: the body is whole
+                        self.complete, self._keep_alive = True, False
+                        return b""
+                    raise _Closed("the server closed the connection mid-body")
+                self._raw += more
         if self._left is not None:
             data = await reader.read(min(self._left, 65536))
             if not data:
@@ -230,21 +264,49 @@ class _PlainResponse:
             return data
         return await reader.read(65536) or None  # no framing: the body ends with the connection
 
+    def _whole_chunks(self) -> bytes:
+        """The data of every whole chunk read so far (taken out of ``_raw``); at the last chunk
+        and its trailers, ``complete``. A size that is not one raises ValueError."""
+        raw, data, at = self._raw, [], 0
+        while not self.complete:
+            end = raw.find(b"\n", at)
+            if end < 0:
+                if len(raw) - at > MAX_CHUNK_LINE_BYTES:
+                    raise ValueError("a chunk-size line with no end")
+                break
+            line, after = bytes(raw[at:end]).rstrip(b"\r"), end + 1
+            if self._in_trailers:  # a trailer, or the blank line that ends them
+                at, self.complete = after, not line
+                continue
+            size = int(line.split(b";", 1)[0], 16)
+            if size == 0:
+                self._in_trailers, at = True, after
+                continue
+            if len(raw) < after + size + 2:  # the chunk's data and its CRLF are not all here
+                break
+            data.append(bytes(raw[after:after + size]))
+            at = after + size + 2
+        del raw[:at]
+        if self.complete and raw:
+            self._keep_alive = False  # bytes after the body: this connection is not reused
+        return b"".join(data)
+
     async def aread(self) -> bytes:
         return b"".join([piece async for piece in self._pieces()])
 
-    async def aiter_lines(self) -> AsyncIterator[str]:
+    async def aiter_line_batches(self) -> AsyncIterator[list[str]]:
+        """The body's lines, in the batches they arrived in (every whole line of each piece)."""
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""
         async for piece in self._pieces():
             pending += decoder.decode(piece)
             lines = pending.splitlines(keepends=True)
             pending = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
-            for line in lines:
-                yield line.rstrip("\r\n")
+            if lines:
+                yield [line.rstrip("\r\n") for line in lines]
         pending += decoder.decode(b"", final=True)
         if pending:
-            yield pending
+            yield [pending]
 
 
 class PlainHTTP:

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from services.brain.llm import OpenAIChatClient, PlainHTTP, _Closed
+from services.brain.llm import ChatChunk, OpenAIChatClient, PlainHTTP, _Closed, merged
 
 
 def sse(*texts: str) -> bytes:
@@ -105,8 +105,8 @@ async def test_a_connection_is_kept_for_the_next_request_and_an_abandoned_one_is
     http = PlainHTTP(url)
     server.hold = asyncio.Event()
     async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
-        async for line in resp.aiter_lines():
-            assert "one" in line
+        async for lines in resp.aiter_line_batches():
+            assert "one" in lines[0]
             break  # a barge-in: the rest of the answer is never read
     server.hold.set()
     server.hold = None
@@ -187,6 +187,72 @@ async def half_a_stream_then_silence() -> tuple[asyncio.Server, str]:
     half = body[:len(body) // 2]
     return await raw_server(head + b"%x\r\n%s\r\n" % (len(half), half), stall_after=True)
 
+async def test_events_that_arrived_together_come_as_one_chunk(served):
+    """Read after the whole answer came (the brain was busy): one chunk for the rest of the turn
+    to handle, not one per token; an event that came alone comes alone."""
+    body = sse("one ", "two ", "three.")
+    first_event = len(sse("one ")) - len(b"data: [DONE]\r\n\r\n")
+    server, url = await served(body, cut=len(body))
+    chat = OpenAIChatClient(url, "m")
+    assert [c.text async for c in chat([{"role": "user", "content": "hi"}])] == ["one two three."]
+    server.cut, server.hold = first_event, asyncio.Event()
+    texts = []
+    async for chunk in chat([{"role": "user", "content": "hi"}]):
+        texts.append(chunk.text)
+        if server.hold is not None:
+            await asyncio.sleep(0.05)  # the server wrote nothing more meanwhile
+            server.hold.set()
+            server.hold = None
+            await asyncio.sleep(0.05)  # the rest of the answer has come by the next read
+    assert texts == ["one ", "two three."]
+    await chat.aclose()
+
+
+def test_merged_chunks_keep_every_delta_in_order_and_the_first_tokens_alternatives():
+    call = {"index": 0, "id": "c1", "function": {"name": "find_slots", "arguments": ""}}
+    args = {"index": 0, "function": {"arguments": '{"day": "fri"}'}}
+    one = merged([ChatChunk(text="Sure", top_logprobs=[("Sure", -0.1)]),
+                  ChatChunk(text=",", tool_calls=[call], top_logprobs=[(",", -0.2)]),
+                  ChatChunk(tool_calls=[args], finish_reason="tool_calls"),
+                  ChatChunk(usage={"completion_tokens": 3}, timings={"cache_n": 5})])
+    assert (one.text, one.tool_calls, one.finish_reason) == ("Sure,", [call, args], "tool_calls")
+    assert (one.usage, one.timings, one.top_logprobs) == ({"completion_tokens": 3}, {"cache_n": 5},
+                                                          [("Sure", -0.1)])
+
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def test_a_body_closed_after_its_last_chunk_is_whole_and_its_connection_not_kept():
+    body = sse("hi.")
+    server, url = await raw_server(HEAD + b"%x\r\n%s\r\n0\r\n" % (len(body), body))  # no blank line
+    http = PlainHTTP(url)
+    async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+        assert await resp.aread() == body
+    assert http.idle == 0
+    server.close()
+
+
+async def test_bytes_after_the_body_mean_the_connection_is_not_reused():
+    body = sse("hi.")
+    server, url = await raw_server(HEAD + b"%x\r\n%s\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n" % (len(body), body),
+                                   stall_after=True)
+    http = PlainHTTP(url)
+    async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+        assert await resp.aread() == body
+    assert http.idle == 0
+    server.close()
+
+
+async def test_a_chunk_size_line_with_no_end_is_a_closed_connection():
+    server, url = await raw_server(HEAD + b"1" * 10_000, stall_after=True)
+    http = PlainHTTP(url)
+    with pytest.raises(_Closed):
+        async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
+            await resp.aread()
+    server.close()
+
+
 async def test_a_broken_chunk_size_is_a_closed_connection_not_a_crash():
     server, url = await raw_server(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n")
     http = PlainHTTP(url)
@@ -202,7 +268,7 @@ async def test_the_read_timeout_counts_only_while_reading_not_while_the_caller_h
     started = asyncio.get_running_loop().time()
     with pytest.raises(TimeoutError):
         async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 0.2) as resp:
-            async for _line in resp.aiter_lines():
+            async for _lines in resp.aiter_line_batches():
                 await asyncio.sleep(0.3)  # the caller is slow: that is not the server's silence
     waited = asyncio.get_running_loop().time() - started
     assert waited >= 0.2 + 0.3  # timed out on the read after the slow caller, not during it
@@ -218,8 +284,8 @@ async def test_a_caller_cancelled_mid_read_is_cancelled_not_timed_out():
 
     async def read() -> None:
         async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 0.3) as resp:
-            async for line in resp.aiter_lines():
-                lines.append(line)
+            async for batch in resp.aiter_line_batches():
+                lines.extend(batch)
 
     reading = asyncio.create_task(read())
     await asyncio.sleep(0.1)  # the first half is read; the next read waits
