@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 
-from services.brain.llm import OpenAIChatClient
+from services.brain.llm import OpenAIChatClient, parse_sse_line
 from tests.fakes import llm_server
 
 
@@ -19,14 +19,22 @@ async def _serve() -> tuple[asyncio.Server, str]:
 async def test_the_reply_streams_word_by_word_and_the_guard_allows():
     server, url = await _serve()
     client = OpenAIChatClient(url, "fake")
+    body = {"model": "fake", "stream": True, "messages": [{"role": "system", "content": "You are a bot."},
+                                                          {"role": "user", "content": "a table please"}]}
     try:
-        for _ in range(2):  # the second request on the kept-alive connection
-            chunks = [c async for c in client([{"role": "system", "content": "You are a bot."},
-                                               {"role": "user", "content": "a table please"}])]
-            texts = [c.text for c in chunks if c.text]
-            assert "".join(texts) == llm_server.REPLY
-            assert len(texts) == len(llm_server.REPLY.split())
-            assert chunks[-1].usage == {"prompt_tokens": 10, "completion_tokens": len(texts)}
+        async with httpx.AsyncClient() as http:  # the events as sent (the brain's client merges them)
+            for _ in range(2):  # the second request on the kept-alive connection
+                async with http.stream("POST", url + "/chat/completions", json=body) as resp:
+                    chunks = [c async for line in resp.aiter_lines() if (c := parse_sse_line(line))]
+                texts = [c.text for c in chunks if c.text]
+                assert "".join(texts) == llm_server.REPLY
+                assert len(texts) == len(llm_server.REPLY.split())
+                assert chunks[-1].usage == {"prompt_tokens": 10, "completion_tokens": len(texts)}
+        for _ in range(2):  # through the brain's client, on its kept-alive connection
+            reply = [c async for c in client(body["messages"])]
+            assert "".join(c.text for c in reply) == llm_server.REPLY
+            words = len(llm_server.REPLY.split())
+            assert reply[-1].usage == {"prompt_tokens": 10, "completion_tokens": words}
         guard = [c.text async for c in client([{"role": "system", "content": "You screen calls for x."},
                                                {"role": "user", "content": "hi"}])]
         assert "".join(guard) == "ALLOW"
