@@ -223,20 +223,15 @@ def test_merged_chunks_keep_every_delta_in_order_and_the_first_tokens_alternativ
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
-async def test_a_body_closed_after_its_last_chunk_is_whole_and_its_connection_not_kept():
+@pytest.mark.parametrize("after_the_last_chunk, stall", [
+    (b"", False),  # closed with no blank line after the last chunk
+    (b"\r\nHTTP/1.1 200 OK\r\n", True),  # bytes after the body's end
+])
+async def test_a_whole_body_the_connection_cannot_be_reused_after_is_read_and_not_kept(
+        after_the_last_chunk, stall):
     body = sse("hi.")
-    server, url = await raw_server(HEAD + b"%x\r\n%s\r\n0\r\n" % (len(body), body))  # no blank line
-    http = PlainHTTP(url)
-    async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
-        assert await resp.aread() == body
-    assert http.idle == 0
-    server.close()
-
-
-async def test_bytes_after_the_body_mean_the_connection_is_not_reused():
-    body = sse("hi.")
-    server, url = await raw_server(HEAD + b"%x\r\n%s\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n" % (len(body), body),
-                                   stall_after=True)
+    answer = HEAD + b"%x\r\n%s\r\n0\r\n" % (len(body), body) + after_the_last_chunk
+    server, url = await raw_server(answer, stall_after=stall)
     http = PlainHTTP(url)
     async with http.request("POST", "/v1/chat/completions", b"{}", {}, 1.0, 1.0) as resp:
         assert await resp.aread() == body
