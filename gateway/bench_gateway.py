@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import websockets
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.frames import Frame, Opcode
 
 from gateway import bench_hops
@@ -408,13 +409,13 @@ async def scrape(metrics_url: str) -> str:
 def gc_pauses(text: str) -> dict[str, float]:
     """A process's collections so far and the time they stopped it (``voicebot_gc_pause_seconds``,
     all generations), from its Prometheus text."""
-    found = {"collections": 0.0, "seconds": 0.0}
-    for line in text.splitlines():
-        if line.startswith("voicebot_gc_pause_seconds_count{"):
-            found["collections"] += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("voicebot_gc_pause_seconds_sum{"):
-            found["seconds"] += float(line.rsplit(" ", 1)[1])
-    return found
+    totals = {"voicebot_gc_pause_seconds_count": 0.0, "voicebot_gc_pause_seconds_sum": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+    return {"collections": totals["voicebot_gc_pause_seconds_count"],
+            "seconds": totals["voicebot_gc_pause_seconds_sum"]}
 
 
 async def gateway_counters(url: str) -> tuple[dict[str, float], dict[str, float]]:

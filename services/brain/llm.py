@@ -256,13 +256,13 @@ class _PlainResponse:
                     raise _Closed("the server closed the connection mid-body")
                 self._raw += more
         if self._left is not None:
-            data = await reader.read(min(self._left, 65536))
+            data = await reader.read(min(self._left, READ_BYTES))
             if not data:
                 raise _Closed("the server closed the connection mid-body")
             self._left -= len(data)
             self.complete = self._left == 0
             return data
-        return await reader.read(65536) or None  # no framing: the body ends with the connection
+        return await reader.read(READ_BYTES) or None  # no framing: the body ends with the connection
 
     def _whole_chunks(self) -> bytes:
         """The data of every whole chunk read so far (taken out of ``_raw``); at the last chunk

@@ -61,3 +61,17 @@ async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(mon
     assert loads["a"][0]["rounds"] == 2 and loads["a"][0]["turns"] == 2
     assert loads["b"][1]["turn_p99_ms"] == 7.0  # b's two runs at 50 sessions were the 6th and 7th
     assert not any(key.endswith("_samples_ms") for level in loads["a"] for key in level)
+
+
+def test_a_process_collections_are_read_from_its_metrics_all_generations_summed():
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from gateway.bench_gateway import gc_pauses
+
+    registry = CollectorRegistry()
+    pauses = Histogram("voicebot_gc_pause_seconds", "", ["generation"], registry=registry)
+    pauses.labels("0").observe(0.002)
+    pauses.labels("0").observe(0.003)
+    pauses.labels("2").observe(0.015)
+    found = gc_pauses(generate_latest(registry).decode())
+    assert found["collections"] == 3 and abs(found["seconds"] - 0.020) < 1e-9
