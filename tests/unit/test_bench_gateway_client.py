@@ -70,3 +70,40 @@ def test_every_caller_sends_a_frame_every_20_ms_even_after_a_stalled_slot():
     frames = asyncio.run(scenario())
     # 300 ms of wall time is 15 frames a caller; every caller got about as many as the others.
     assert min(frames) >= 12 and max(frames) - min(frames) <= 1, frames
+
+
+def test_the_end_of_speech_is_stamped_as_each_callers_quiet_frame_goes():
+    """Three callers in one slot end their speech at once, and each write takes 2 ms (a burst of
+    sends): each caller's end of speech is the moment its own quiet frame went, not the slot's
+    start, so the client's sending order is not counted as the system's latency."""
+    writes: list[float] = []
+
+    class Transport:
+        def is_closing(self) -> bool:
+            return False
+
+        def write(self, data: bytes) -> None:
+            writes.append(time.perf_counter())
+            time.sleep(0.002)  # a slow send, inside the burst
+
+    class Ws:
+        def __init__(self) -> None:
+            self.protocol = type("Protocol", (), {"extensions": []})()
+            self.transport = Transport()
+
+    async def scenario() -> list[Session]:
+        sessions = [Session(Ws(), phase=0, next_turn_at=1e18, period=(1e9, 1e9), state="speaking")
+                    for _ in range(3)]
+        stop = asyncio.Event()
+        mics = asyncio.create_task(microphones(sessions, stop, []))
+        await asyncio.sleep(0.01)  # the first slot has gone
+        stop.set()
+        await mics
+        return sessions
+
+    sessions = asyncio.run(scenario())
+    assert [s.state for s in sessions] == ["waiting"] * 3
+    # Each caller's stamp comes before its own write and after the slow write before it.
+    assert sessions[0].speech_end_at <= writes[0]
+    for i in (1, 2):
+        assert writes[i - 1] + 0.002 <= sessions[i].speech_end_at <= writes[i]
