@@ -40,6 +40,7 @@ import numpy as np
 import websockets
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import ClientConnection
 from websockets.frames import Frame, Opcode
 
 from gateway import bench_hops
@@ -119,6 +120,18 @@ def resident_mib(pid: int) -> float:
     return 0.0
 
 
+class StampedConnection(ClientConnection):
+    """A caller's connection that notes when bytes last arrived: a reply's first audio is timed
+    from there, not from when the caller's task got to it (the client's loop may first run a
+    burst of other callers' frames and replies: its time, not the system's)."""
+
+    received_at = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        self.received_at = time.perf_counter()
+        super().data_received(data)
+
+
 @dataclass
 class Session:
     """A person: silence, then 600 ms of "speech" when a turn is due, then waiting for the reply."""
@@ -160,13 +173,20 @@ class Session:
             return TONE
         return SILENCE
 
+    def arrived(self) -> float:
+        """When the message just read came: the connection's last bytes (those that completed it
+        came then or before, never before the message itself), else now."""
+        now = time.perf_counter()
+        stamped = getattr(self.ws, "received_at", 0.0)
+        return stamped if 0.0 < stamped <= now else now
+
     async def receive(self) -> None:
         try:
             async for message in self.ws:
                 self.received += 1
                 if isinstance(message, bytes):
                     if self.state == "waiting":
-                        self.reported = (time.perf_counter() - self.speech_end_at) * 1000
+                        self.reported = (self.arrived() - self.speech_end_at) * 1000
                         self.turns.append(self.reported)
                         self.state = "idle"
                     continue
@@ -190,7 +210,7 @@ async def open_session(url: str, phase: int, first_turn_at: float,
                        period: tuple[float, float]) -> Session | tuple[str, int]:
     """A started session, or ("refused", close code) when the gateway said no."""
     ws = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
-                                  max_size=2**22, ping_interval=None)
+                                  max_size=2**22, ping_interval=None, create_connection=StampedConnection)
     try:
         await ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
                                   "audio": {"encoding": "pcm16", "sample_rate": RATE}}))

@@ -1,6 +1,7 @@
 """bench-gateway's callers: the audio frames they write straight to the socket, prepared once,
-arrive at a WebSocket server as the same binary messages the library's send would make, and
-every caller sends one every 20 ms."""
+arrive at a WebSocket server as the same binary messages the library's send would make, every
+caller sends one every 20 ms, and a turn is timed from the caller's quiet frame going to its
+reply's bytes arriving, not from or to when the client's loop got round to either."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import websockets
 from websockets.asyncio.server import serve
 
-from gateway.bench_gateway import PHASES, SILENCE, TONE, Session, microphones, send_frame
+from gateway.bench_gateway import PHASES, SILENCE, TONE, Session, StampedConnection, microphones, send_frame
 
 
 def test_prepared_frames_arrive_as_the_audio_they_carry_and_text_still_goes_through_the_library():
@@ -107,3 +108,34 @@ def test_the_end_of_speech_is_stamped_as_each_callers_quiet_frame_goes():
     assert sessions[0].speech_end_at <= writes[0]
     for i in (1, 2):
         assert writes[i - 1] + 0.002 <= sessions[i].speech_end_at <= writes[i]
+
+
+def test_a_reply_is_timed_from_its_bytes_arriving_not_from_when_the_caller_reads_it():
+    """The reply's audio arrives while the client's loop is busy elsewhere for 200 ms: the turn is
+    the time to its arrival, as the connection noted it."""
+    async def scenario() -> tuple[list[float], float]:
+        async def handler(ws) -> None:
+            async for _ in ws:
+                await ws.send(SILENCE)  # the reply's first audio
+
+        async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            url = f"ws://127.0.0.1:{port}"
+            async with websockets.connect(url, create_connection=StampedConnection) as ws:
+                caller = Session(ws, phase=0, next_turn_at=1e18, period=(1e9, 1e9), state="waiting")
+                caller.speech_end_at = time.perf_counter()
+                await ws.send("end of speech")
+                async with asyncio.timeout(5):
+                    while ws.received_at < caller.speech_end_at:  # noqa: ASYNC110 - the reply's bytes
+                        await asyncio.sleep(0.005)
+                time.sleep(0.2)  # noqa: ASYNC251 - on purpose: the client's loop busy with other callers
+                reader = asyncio.create_task(caller.receive())
+                async with asyncio.timeout(5):
+                    while not caller.turns:  # noqa: ASYNC110 - the caller's task has read it
+                        await asyncio.sleep(0.005)
+                reader.cancel()
+                return caller.turns, (ws.received_at - caller.speech_end_at) * 1000
+
+    turns, to_arrival_ms = asyncio.run(scenario())
+    assert turns == [to_arrival_ms]
+    assert to_arrival_ms < 200
