@@ -44,7 +44,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.frames import Frame, Opcode
 
 from gateway import bench_hops
-from voicebot.common import gc_tuning
+from voicebot.common import cpu_latency, gc_tuning
 from voicebot.common.stats import p50_ratio_interval, percentile
 from voicebot.devstack import ROOT, Proc, Stack, free_port
 
@@ -553,6 +553,11 @@ def fmt(value, spec: str = ".1f") -> str:
 def table(results: dict) -> str:
     pinned = "the gateway alone on one core, everything else on the others (--pin)"
     rows = [pinned] if results.get("pinned") else []
+    bound = results["machine"].get("cpu_wakeup_bound_us")
+    if results.get("idle_poll"):
+        rows.append("idle CPUs held polling for the run (--idle-poll: /dev/cpu_dma_latency at 0 µs)")
+    elif bound is not None and bound < cpu_latency.NO_BOUND_US:
+        rows.append(f"idle CPUs held to wake within {bound} µs by another process (/dev/cpu_dma_latency)")
     hops = results["machine"].get("hops")
     if hops:
         rows.append(
@@ -609,8 +614,9 @@ def table(results: dict) -> str:
 async def main_async(args) -> dict:
     os.environ.setdefault("VOICEBOT_INTERNAL_TOKEN", secrets.token_urlsafe(32))
     stack = Stack(ROOT / ".run" / "bench-gateway", env={"LOG_JSON": "true"}, quiet=True)
-    results: dict = {"machine": {"cores": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
-                     "guard": args.guard, "pinned": args.pin, "variants": {}}
+    results: dict = {"machine": {"cores": os.cpu_count(), "load_avg_at_start": os.getloadavg(),
+                                 "cpu_wakeup_bound_us": cpu_latency.current_bound_us()},
+                     "guard": args.guard, "pinned": args.pin, "idle_poll": args.idle_poll, "variants": {}}
     try:
         cores = sorted(os.sched_getaffinity(0))  # before --pin narrows this process's own
         print("measuring this machine's hops between processes ...", file=sys.stderr, flush=True)
@@ -668,18 +674,27 @@ def main() -> None:
     parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--pin", action="store_true",
                         help="the gateway alone on one core, the brain, fakes, redis and client on the rest")
+    parser.add_argument("--idle-poll", action="store_true",
+                        help="hold /dev/cpu_dma_latency at 0 for the run (root): idle CPUs poll instead of "
+                             "halting, as on a latency-tuned host (voicebot/common/cpu_latency.py)")
     args = parser.parse_args()
     unknown = [name for name in args.variants if name not in VARIANTS]
     if unknown or len(set(args.variants)) != len(args.variants):
         parser.error(f"--variants: each once, of {', '.join(VARIANTS)} (got {','.join(args.variants)})")
     if args.rounds < 1 or args.load_rounds < 1:
         parser.error("--rounds and --load-rounds: at least 1")
-    try:
-        import uvloop
+    with contextlib.ExitStack() as host:
+        if args.idle_poll:
+            try:
+                host.enter_context(cpu_latency.held_bound(0))
+            except OSError as exc:
+                parser.error(f"--idle-poll: {exc}")
+        try:
+            import uvloop
 
-        results = uvloop.run(main_async(args))
-    except ImportError:
-        results = asyncio.run(main_async(args))
+            results = uvloop.run(main_async(args))
+        except ImportError:
+            results = asyncio.run(main_async(args))
     print(table(results))
     print(json.dumps({"bench_gateway": results}))
 
