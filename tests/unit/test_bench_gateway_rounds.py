@@ -3,7 +3,9 @@ are pooled into one sample."""
 
 from __future__ import annotations
 
-from gateway.bench_gateway import pooled
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+from gateway.bench_gateway import gc_pauses, pooled
 
 
 def test_a_variants_latency_rounds_are_pooled_as_one_sample():
@@ -64,10 +66,6 @@ async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(mon
 
 
 def test_a_process_collections_are_read_from_its_metrics_all_generations_summed():
-    from prometheus_client import CollectorRegistry, Histogram, generate_latest
-
-    from gateway.bench_gateway import gc_pauses
-
     registry = CollectorRegistry()
     pauses = Histogram("voicebot_gc_pause_seconds", "", ["generation"], registry=registry)
     pauses.labels("0").observe(0.002)
