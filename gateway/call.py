@@ -80,6 +80,7 @@ class ActiveTurn:
     played_stopped: bool = False  # the client stopped playback at played_ms (a truncate)
     announced: bool = False  # audio.start went out
     interrupted: bool = False
+    timings: TurnTimings | None = None  # a turn through the brain (not a fallback's)
 
     def heard_ms_reported(self, now: float) -> float | None:
         """The client's position now: its report plus the time since, while it had audio."""
@@ -356,7 +357,17 @@ class Call:
             return
         span = self._utterance_spans.get(utterance)
         metadata = outgoing_metadata(trace.set_span_in_context(span) if span is not None else None)
-        self._standby = (utterance, StandbyCalls(self.upstreams, self.settings.turn_timeout_s, metadata))
+        read_ahead = brain_pb2.Prepare(session_id=self.session_id, user_id=self.user_id) \
+            if self._history_settled() else None
+        self._standby = (utterance, StandbyCalls(self.upstreams, self.settings.turn_timeout_s, metadata,
+                                                 read_ahead=read_ahead))
+
+    def _history_settled(self) -> bool:
+        """No turn of this call can still be writing the session at the brain: the last one's
+        brain call ended whole (the brain returns only after the turn's writes), or there was
+        none. Then the brain may read the session for the next turn while the caller speaks."""
+        last = self.turn
+        return last is None or (last.timings is not None and last.timings.brain_done is not None)
 
     def _take_standby(self, utterance: int | None) -> StandbyCalls | None:
         """The utterance's standby calls if they can still carry its turn; any other is cancelled
@@ -622,7 +633,9 @@ class Call:
             self.session_id, self.user_id, turn_id, text, self.session.language,
             self.output_rate, context=self.session_context,
         )
-        turn = ActiveTurn(turn_id, text, transcribed, spoken, self._new_playout(spoken))
+        turn = ActiveTurn(turn_id, text, transcribed, spoken, self._new_playout(spoken), timings=timings)
+        if standby is None and self._standby is not None and self._standby[1].read_ahead:
+            self._take_standby(None)  # a typed turn during speech: that read may be stale by its turn
         self._recent[turn_id] = turn
         while len(self._recent) > 4:  # a report comes for the last turn or two, never older ones
             self._recent.pop(next(iter(self._recent)))

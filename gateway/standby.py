@@ -31,9 +31,13 @@ from voicebot.v1 import brain_pb2
 MAX_AGE_S = 60.0
 
 
-async def _requests_from(source: asyncio.Future[AsyncIterator[Any]]) -> AsyncIterator[Any]:
-    """A call's request iterator whose messages are given later: the call opens now, and its
-    first message goes when ``source`` is set (never, if the call is cancelled first)."""
+async def _requests_from(source: asyncio.Future[AsyncIterator[Any]], first: Any = None
+                         ) -> AsyncIterator[Any]:
+    """A call's request iterator whose messages are given later: the call opens now (with
+    ``first`` sent at once, when given), and the rest go when ``source`` is set (never, if the
+    call is cancelled first)."""
+    if first is not None:
+        yield first
     async for request in await source:
         yield request
 
@@ -47,15 +51,20 @@ async def committed_turn(request: brain_pb2.RespondRequest) -> AsyncIterator[bra
 
 class StandbyCalls:
     def __init__(self, upstreams: Any, turn_timeout_s: float, metadata: tuple[tuple[str, str], ...],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 read_ahead: brain_pb2.Prepare | None = None) -> None:
         loop = asyncio.get_running_loop()
         self._clock = clock
         self.opened_at = clock()
         self._brain_requests: asyncio.Future[AsyncIterator[Any]] = loop.create_future()
         self._tts_requests: asyncio.Future[AsyncIterator[Any]] = loop.create_future()
         timeout = turn_timeout_s + MAX_AGE_S
-        self.brain = upstreams.brain.Converse(_requests_from(self._brain_requests), timeout=timeout,
-                                              metadata=metadata)
+        # ``read_ahead``: the brain reads the session now, not at the endpoint (only when no
+        # earlier turn can still be writing it: ``Call._history_settled``).
+        self.read_ahead = read_ahead is not None
+        prepare = brain_pb2.ConverseRequest(prepare=read_ahead) if read_ahead is not None else None
+        self.brain = upstreams.brain.Converse(_requests_from(self._brain_requests, prepare),
+                                              timeout=timeout, metadata=metadata)
         self.tts = upstreams.tts.StreamingSynthesize(_requests_from(self._tts_requests), timeout=timeout,
                                                      metadata=metadata)
 

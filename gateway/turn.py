@@ -42,6 +42,9 @@ class TurnTimings:
     first_tts_text: float | None = None
     first_sentence_ready: float | None = None
     first_audio: float | None = None
+    # The brain's call ended whole: the brain returns only after the turn's writes, so nothing
+    # of this turn can still change the session (call.py reads the next session ahead then).
+    brain_done: float | None = None
 
     def stages_ms(self) -> dict[str, int | None]:
         def span(a: float | None, b: float | None) -> int | None:
@@ -206,6 +209,7 @@ class TurnRunner:
                 elif kind == "final":
                     final_text = event.final.text
                 # tool activity and handoff are not spoken
+            timings.brain_done = time.perf_counter()
             await send(phrases.flush())
         finally:
             await texts.put(None)

@@ -63,7 +63,7 @@ from services.brain.profile import Profile
 from services.brain.prompts import system_prompt
 from services.brain.references import References, UnknownReference
 from services.brain.refusals import is_refusal
-from services.brain.session_store import SessionHistory, SessionStore, Turn
+from services.brain.session_store import ReadAhead, SessionHistory, SessionStore, Turn
 from services.brain.spoken import SpokenTextCleaner
 from services.brain.state import SessionState
 from services.brain.toolcalls import StructuredCallAccumulator, TextToolCallFilter, ToolCall, new_call_id
@@ -190,23 +190,29 @@ class Agent:
         return False
 
     # ---- the turn ------------------------------------------------------
-    async def respond(self, request: brain_pb2.RespondRequest,
-                      committed: asyncio.Event | None = None) -> AsyncIterator[brain_pb2.RespondEvent]:
+    def read_ahead(self, user_id: str, session_id: str) -> ReadAhead:
+        """The session read now, for a turn that will start on the same call (``respond``'s
+        ``ahead``) once the caller stops speaking."""
+        return ReadAhead(self.store, user_id, session_id)
+
+    async def respond(self, request: brain_pb2.RespondRequest, committed: asyncio.Event | None = None,
+                      ahead: ReadAhead | None = None) -> AsyncIterator[brain_pb2.RespondEvent]:
         """One turn. ``committed``: a turn started before the endpoint (preemptive) streams its
-        text at once, but its tools and writes wait, and nothing is stored, until it is set."""
+        text at once, but its tools and writes wait, and nothing is stored, until it is set.
+        ``ahead``: the session as read while the caller spoke, used when it is this session's."""
         with self.words_prefill.turn(key_of(request)):  # a prefill never competes with the turn
-            async for event in self._respond(request, committed):
+            async for event in self._respond(request, committed, ahead):
                 yield event
 
-    async def _respond(self, request: brain_pb2.RespondRequest,
-                       committed: asyncio.Event | None) -> AsyncIterator[brain_pb2.RespondEvent]:
+    async def _respond(self, request: brain_pb2.RespondRequest, committed: asyncio.Event | None,
+                       ahead: ReadAhead | None) -> AsyncIterator[brain_pb2.RespondEvent]:
         if committed is None:
             committed = asyncio.Event()
             committed.set()
         try:
             # A timeout scope, not ``wait_for``: no task of its own on every turn's path.
             async with asyncio.timeout(self.settings.history_load_timeout_s):
-                history = await self._load(request)
+                history = await self._load(request, ahead)
         except (TimeoutError, RedisError) as exc:
             # Without the session's state nothing may be decided (a pending action, a yes): the
             # caller hears the fallback now rather than silence while Redis retries.
@@ -321,10 +327,12 @@ class Agent:
             last is not None and last.assistant.rstrip().endswith("?"))
         return ongoing and is_dialogue_act(turn.request.text)
 
-    async def _load(self, request: brain_pb2.RespondRequest) -> SessionHistory:
+    async def _load(self, request: brain_pb2.RespondRequest, ahead: ReadAhead | None) -> SessionHistory:
         """The session's history, with what the caller heard of the last reply recorded first.
         A reply heard whole changes nothing: that is a plain read, not a read-modify-write that
-        serialises the whole history to find nothing changed (on every turn's path)."""
+        serialises the whole history to find nothing changed (on every turn's path). The read
+        is the one made ahead when there is one (the compare-and-set still checks it)."""
+        read = await ahead.history_for(request.user_id, request.session_id) if ahead else None
         previous = request.previous_reply
         if previous.turn_id and previous.interrupted:
             def record_heard(history: SessionHistory) -> None:
@@ -335,8 +343,8 @@ class Agent:
                     history.turns.append(Turn(previous.turn_id, previous.user_text, previous.text,
                                               interrupted=True))
 
-            return await self.store.update(request.user_id, request.session_id, record_heard)
-        return await self.store.load(request.user_id, request.session_id)
+            return await self.store.update(request.user_id, request.session_id, record_heard, read=read)
+        return read if read is not None else await self.store.load(request.user_id, request.session_id)
 
     async def _merge(self, turn: TurnRun, main: asyncio.Task, guard: asyncio.Task | None,
                      passed: asyncio.Event, events: asyncio.Queue) -> AsyncIterator[brain_pb2.RespondEvent]:

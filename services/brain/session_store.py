@@ -15,6 +15,7 @@ a plain read.)
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -25,6 +26,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from services.brain.state import SessionState
 
@@ -139,6 +141,37 @@ _RECORD = """
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'record', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 """
+
+
+class ReadAhead:
+    """A session's history read while the caller still speaks (``Prepare`` on ``Brain.Converse``),
+    for the turn that follows on the same call. Only the gateway can know no earlier turn of the
+    session may still be writing it, so it asks for this only then; the turn's own write is still
+    a compare-and-set on the version read here."""
+
+    def __init__(self, store: SessionStore, user_id: str, session_id: str) -> None:
+        self.user_id, self.session_id = user_id, session_id
+        self._read = asyncio.create_task(store.load(user_id, session_id))
+        self._read.add_done_callback(_seen)
+
+    async def history_for(self, user_id: str, session_id: str) -> SessionHistory | None:
+        """What was read, when it is this session's and the read succeeded; else None (the turn
+        reads it itself). For the call's one turn: it changes what it gets."""
+        if (user_id, session_id) != (self.user_id, self.session_id):
+            return None
+        try:
+            return await self._read
+        except RedisError:
+            return None
+
+    def cancel(self) -> None:
+        self._read.cancel()
+
+
+def _seen(task: asyncio.Task) -> None:
+    """A read ahead that failed and was never used is not an error of its own."""
+    if not task.cancelled():
+        task.exception()
 
 
 class SessionStore:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from services.brain.session_store import SessionStore
+from services.brain.session_store import SessionStore, Turn
 from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
@@ -69,4 +70,120 @@ async def test_a_turn_the_client_closes_without_a_commit_is_discarded(services, 
             got_text.set()
     assert "final" not in kinds
     await asyncio.sleep(0.2)
+    assert await stored_turns(services.redis_url, session) == []
+
+
+# ---- the session read ahead (``prepare``: gateway/standby.py opens the call at the onset) ----
+
+def prepare(session: str, user: str = "alice") -> brain_pb2.ConverseRequest:
+    return brain_pb2.ConverseRequest(prepare=brain_pb2.Prepare(session_id=session, user_id=user))
+
+
+async def gets_served(redis_url: str) -> int:
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        return (await redis.info("commandstats")).get("cmdstat_get", {}).get("calls", 0)
+    finally:
+        await redis.aclose()
+
+
+async def converse_ahead(services, session: str, text: str, *, user: str = "alice",
+                         between=None) -> list[str]:
+    """A call that begins with ``prepare``; once Redis has served the read it asked for (and
+    ``between`` has run), the turn's start and commit follow. The events' kinds, in order."""
+    before = await gets_served(services.redis_url)
+    read = asyncio.Event()
+
+    async def requests():
+        yield prepare(session, user)
+        await read.wait()
+        yield start(session, text)
+        yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())
+
+    async def after_the_read():
+        for _ in range(1000):
+            if await gets_served(services.redis_url) > before:
+                break
+            await asyncio.sleep(0.01)
+        if between is not None:
+            await between()
+        read.set()
+
+    async with internal_channel(services.brain_addr) as channel:
+        waiter = asyncio.create_task(after_the_read())
+        kinds = [e.WhichOneof("event") async for e in brain_pb2_grpc.BrainStub(channel).Converse(requests())]
+        await waiter
+    return kinds
+
+
+async def store_turn(redis_url: str, session: str, turn: Turn, user: str = "alice") -> None:
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        await SessionStore(redis, 60).append_turn(user, session, turn)
+    finally:
+        await redis.aclose()
+
+
+def prompt_text(body: dict) -> str:
+    return " ".join(str(m.get("content") or "") for m in body["messages"])
+
+
+async def test_a_turn_after_prepare_starts_from_the_session_read_while_the_caller_spoke(
+        services, scripted_llm):
+    scripted_llm.script = lambda _b: "Seven is free."
+    session = uuid.uuid4().hex
+    await store_turn(services.redis_url, session, Turn("t0", "A table for two.", "For what time?"))
+    kinds = await converse_ahead(services, session, "At seven.")
+    assert kinds[0] == "delta" and kinds[-1] == "final"
+    # The earlier turn, read ahead, is in the reply's prompt.
+    assert any("For what time?" in prompt_text(body) for body in scripted_llm.requests)
+    assert [t.assistant for t in await stored_turns(services.redis_url, session)] == [
+        "For what time?", "Seven is free."]
+
+
+async def test_a_write_between_the_read_ahead_and_the_turn_is_kept(services, scripted_llm):
+    """The turn is answered from what was read ahead (the other writer's turn is not in its
+    prompt: the read was made before it), but its write is a compare-and-set on the version
+    read: it reads again, and both turns are stored."""
+    scripted_llm.script = lambda _b: "Seven is free."
+    session = uuid.uuid4().hex
+
+    async def another_writer():
+        await store_turn(services.redis_url, session, Turn("t_other", "Hello?", "Hi there."))
+
+    kinds = await converse_ahead(services, session, "At seven.", between=another_writer)
+    assert kinds[-1] == "final"
+    assert scripted_llm.requests and not any("Hi there." in prompt_text(b) for b in scripted_llm.requests)
+    assert [t.turn_id for t in await stored_turns(services.redis_url, session)] == ["t_other", "t1"]
+
+
+async def test_a_read_ahead_for_another_user_is_never_used(services, scripted_llm):
+    """``prepare`` names mallory's session; the turn is alice's: it reads her own (empty) one."""
+    scripted_llm.script = lambda _b: "Sure."
+    session = uuid.uuid4().hex
+    await store_turn(services.redis_url, session, Turn("t0", "My code is 4417.", "Noted."), user="mallory")
+    kinds = await converse_ahead(services, session, "What did I say?", user="mallory")
+    assert kinds[-1] == "final"
+    assert scripted_llm.requests and not any("4417" in prompt_text(b) for b in scripted_llm.requests)
+    assert [t.user for t in await stored_turns(services.redis_url, session)] == ["What did I say?"]
+
+
+async def test_prepare_without_ids_is_refused_and_a_call_that_ends_after_it_stores_nothing(services):
+    session = uuid.uuid4().hex
+
+    async def no_ids():
+        yield brain_pb2.ConverseRequest(prepare=brain_pb2.Prepare(session_id=session))
+
+    async def prepare_only():
+        yield prepare(session)  # a false start: the caller said nothing after all
+
+    async with internal_channel(services.brain_addr) as channel:
+        stub = brain_pb2_grpc.BrainStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            [e async for e in stub.Converse(no_ids())]
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "user_id" in refused.value.details()
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            [e async for e in stub.Converse(prepare_only())]
+        assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert await stored_turns(services.redis_url, session) == []

@@ -172,8 +172,9 @@ class FakeWebSocket:
 class FakeCall:
     """An async-iterable gRPC call that can be cancelled."""
 
-    def __init__(self, events) -> None:
+    def __init__(self, events, on_cancel=None) -> None:
         self._events = events
+        self._on_cancel = on_cancel
         self.cancelled = False
 
     def __aiter__(self):
@@ -181,6 +182,8 @@ class FakeCall:
 
     def cancel(self) -> None:
         self.cancelled = True
+        if self._on_cancel is not None:
+            self._on_cancel()
 
     def done(self) -> bool:
         return self.cancelled
@@ -192,22 +195,35 @@ class FakeBrain:
         self.prefills: list[brain_pb2.RespondRequest] = []
         self.think_s = think_s
         self.opened: list[FakeCall] = []  # Converse calls, in the order they were opened
+        self.prepared: list[brain_pb2.Prepare] = []  # sessions read ahead, in order
 
     def Converse(self, requests, timeout=None, metadata=None):
         """A turn on a call opened before its request (gateway/standby.py): started and committed
-        at once, it runs as ``Respond``; a call cancelled before its start runs nothing."""
+        at once, it runs as ``Respond``; a call cancelled before its start runs nothing. Its
+        first message is taken at once, as gRPC sends it: a ``prepare`` (the session read
+        ahead) is recorded in ``prepared`` then."""
+        stream = aiter(requests)
+        first_message = asyncio.ensure_future(anext(stream, None))
+        first_message.add_done_callback(self._note_prepare)
+
         async def events():
-            stream = aiter(requests)
-            first = await anext(stream, None)
+            first = await first_message
+            if first is not None and first.WhichOneof("request") == "prepare":
+                first = await anext(stream, None)
             commit = await anext(stream, None)
             if first is None or commit is None or commit.WhichOneof("request") != "commit":
                 return
             async for event in self.Respond(first.start):
                 yield event
 
-        call = FakeCall(events())
+        call = FakeCall(events(), on_cancel=first_message.cancel)
         self.opened.append(call)
         return call
+
+    def _note_prepare(self, first: asyncio.Future) -> None:
+        if not first.cancelled() and first.exception() is None and first.result() is not None \
+                and first.result().WhichOneof("request") == "prepare":
+            self.prepared.append(first.result().prepare)
 
     async def Prefill(self, request, timeout=None, metadata=None):
         self.prefills.append(request)

@@ -14,7 +14,7 @@ from voicebot.v1 import brain_pb2
 class SlowAgent:
     """Streams a delta every 20 ms, forever (a turn the client will discard)."""
 
-    async def respond(self, request, committed=None):
+    async def respond(self, request, committed=None, ahead=None):
         while True:
             yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(text="word "))
             await asyncio.sleep(0.02)
@@ -23,7 +23,7 @@ class SlowAgent:
 class ShortAgent:
     """A turn that says two things and ends."""
 
-    async def respond(self, request, committed=None):
+    async def respond(self, request, committed=None, ahead=None):
         for text in ("Sure, ", "we open at nine."):
             yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(text=text))
 

@@ -34,7 +34,11 @@ class ConverseBrain(FakeBrain):
     def Converse(self, requests, timeout=None, metadata=None):
         async def events():
             stream = aiter(requests)
-            start = (await anext(stream)).start
+            first = await anext(stream)
+            if first.WhichOneof("request") == "prepare":  # a standby's read ahead
+                self.prepared.append(first.prepare)
+                first = await anext(stream)
+            start = first.start
             self.early.append(start)
             yield brain_pb2.RespondEvent(delta=brain_pb2.TextDelta(text="We open at noon."))
             message = await anext(stream, None)  # held here until the gateway commits

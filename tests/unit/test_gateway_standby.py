@@ -12,6 +12,7 @@ import asyncio
 import pytest
 
 from gateway import standby
+from gateway.turn import TurnTimings
 from tests.unit.test_bargein_logic import (
     FakeBrain,
     FakeTts,
@@ -148,4 +149,52 @@ async def test_a_turn_cancelled_before_its_task_ran_leaves_no_call_open():
     call.turn.task.cancel()  # e.g. a barge-in decided in the same loop turn
     await asyncio.sleep(0.05)
     assert brain.opened[0].cancelled and tts.opened[0].cancelled
+    await call.close()
+
+
+# ---- the session read ahead: ``prepare`` on the call opened at the onset ----
+
+async def test_the_call_opened_at_the_onset_has_the_brain_read_the_session_while_the_caller_speaks():
+    brain, tts = FakeBrain(), FakeTts()
+    call, ws = make_call(brain, tts)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await until(lambda: brain.prepared)
+    assert [(p.session_id, p.user_id) for p in brain.prepared] == [("s_test", "alice")]  # the auth's user
+    await call._on_stt_event(end_of_utterance(0, 1800))
+    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    await until(lambda: "turn.metrics" in ws.kinds())
+    await say(call, 1, "And on Sundays?")  # the last turn's brain call ended whole: read ahead again
+    await until(lambda: len(replies(ws)) == 2)
+    assert len(brain.prepared) == 2
+    assert [r.text for r in brain.requests] == ["When do you open?", "And on Sundays?"]
+    await call.close()
+
+
+async def test_no_read_ahead_while_the_last_turn_may_still_write_the_session():
+    """Speech while the brain still works on the last turn (a barge-in): that turn may yet write
+    the session, so the next turn's call is opened without ``prepare`` and the brain reads the
+    session when the turn starts."""
+    brain, tts = FakeBrain(think_s=0.5), FakeTts()
+    call, _ws = make_call(brain, tts)
+    await say(call, 0, "When do you open?")
+    await until(lambda: len(brain.requests) == 1)
+    await call._on_stt_event(speech_started(1, onset_ms=3000))  # the brain is still thinking
+    assert len(brain.opened) == 2
+    await asyncio.sleep(0.05)
+    assert len(brain.prepared) == 1  # the first utterance's only
+    await call.close()
+
+
+async def test_a_typed_turn_while_the_caller_speaks_drops_the_read_ahead():
+    brain, tts = FakeBrain(), FakeTts()
+    call, ws = make_call(brain, tts)
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await until(lambda: brain.prepared)
+    call._start_turn("Actually, make it three.", TurnTimings())  # a text message meanwhile
+    assert brain.opened[0].cancelled  # its read may be older than the typed turn's write
+    await call._on_stt_event(end_of_utterance(0, 1800))
+    await call._on_stt_event(transcript(0, "At seven.", 1000, 1800, final=True))
+    await until(lambda: len(brain.requests) == 2 and "turn.metrics" in ws.kinds())
+    assert [r.text for r in brain.requests] == ["Actually, make it three.", "At seven."]
+    assert len(brain.prepared) == 1 and len(brain.opened) == 1  # the turn at the endpoint: a fresh call
     await call.close()

@@ -16,13 +16,23 @@ class Commit(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class Prepare(_message.Message):
+    __slots__ = ("session_id", "user_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    user_id: str
+    def __init__(self, session_id: _Optional[str] = ..., user_id: _Optional[str] = ...) -> None: ...
+
 class ConverseRequest(_message.Message):
-    __slots__ = ("start", "commit")
+    __slots__ = ("start", "commit", "prepare")
     START_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
+    PREPARE_FIELD_NUMBER: _ClassVar[int]
     start: RespondRequest
     commit: Commit
-    def __init__(self, start: _Optional[_Union[RespondRequest, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ...) -> None: ...
+    prepare: Prepare
+    def __init__(self, start: _Optional[_Union[RespondRequest, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ...) -> None: ...
 
 class SpokenPart(_message.Message):
     __slots__ = ("turn_id", "text", "interrupted", "user_text")

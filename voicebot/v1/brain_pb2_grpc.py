@@ -70,6 +70,9 @@ class BrainServicer:
         tools and writes wait, and nothing is stored, until a `commit` message says
         the endpoint confirmed the same words. Cancel (or half-close without a
         commit) to discard it: a discarded turn runs no tools and leaves no history.
+        A call opened while the caller still speaks may begin with `prepare` instead:
+        the brain reads the session then, and the `start` that follows (same session
+        and user) begins from that read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
