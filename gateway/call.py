@@ -358,7 +358,7 @@ class Call:
         span = self._utterance_spans.get(utterance)
         metadata = outgoing_metadata(trace.set_span_in_context(span) if span is not None else None)
         read_ahead = brain_pb2.Prepare(session_id=self.session_id, user_id=self.user_id) \
-            if self._history_settled() else None
+            if self.settings.session_read_ahead and self._history_settled() else None
         self._standby = (utterance, StandbyCalls(self.upstreams, self.settings.turn_timeout_s, metadata,
                                                  read_ahead=read_ahead))
 

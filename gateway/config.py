@@ -50,6 +50,10 @@ class GatewaySettings(BaseSettings):
     # Open the brain's and TTS's calls for an utterance's turn when its speech starts, so at the
     # endpoint only messages move (gateway/standby.py).
     standby_calls: bool = True
+    # On that brain call, have the brain read the session then (``Prepare``) when none of this
+    # call's turns can still be writing it; the turn confirms the read before anything leaves
+    # (services/brain/session_store.py ``ReadAhead``). Off for a brain older than ``Prepare``.
+    session_read_ahead: bool = True
     # Send each interim transcript to Brain.Prefill while the caller speaks (no reply in the air),
     # so the LLM server has the turn's prompt cached up to the last words (gateway/prefill.py).
     # Off by default: on two shared cores (make bench-v2v, 2026-12-01) the prefills competed

@@ -75,6 +75,10 @@ from voicebot.v1 import brain_pb2
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 _END = object()
+
+
+class StaleRead(Exception):
+    """The session read ahead is older than what Redis holds now (``Agent._confirmed``)."""
 ANSWER_NOW = "Tools are no longer available this turn: answer the caller now from what you found."
 UNREACHABLE = ("unavailable", "timeout")
 
@@ -201,8 +205,14 @@ class Agent:
         text at once, but its tools and writes wait, and nothing is stored, until it is set.
         ``ahead``: the session as read while the caller spoke, used when it is this session's."""
         with self.words_prefill.turn(key_of(request)):  # a prefill never competes with the turn
-            async for event in self._respond(request, committed, ahead):
-                yield event
+            try:
+                async for event in self._respond(request, committed, ahead):
+                    yield event
+            except StaleRead:
+                # Another connection of the session wrote it after the read ahead. Nothing the
+                # turn made has left the brain and no tool ran: it starts again on a fresh read.
+                async for event in self._respond(request, committed, None):
+                    yield event
 
     async def _respond(self, request: brain_pb2.RespondRequest, committed: asyncio.Event | None,
                        ahead: ReadAhead | None) -> AsyncIterator[brain_pb2.RespondEvent]:
@@ -212,7 +222,7 @@ class Agent:
         try:
             # A timeout scope, not ``wait_for``: no task of its own on every turn's path.
             async with asyncio.timeout(self.settings.history_load_timeout_s):
-                history = await self._load(request, ahead)
+                history, unconfirmed = await self._load(request, ahead)
         except (TimeoutError, RedisError) as exc:
             # Without the session's state nothing may be decided (a pending action, a yes): the
             # caller hears the fallback now rather than silence while Redis retries.
@@ -242,17 +252,28 @@ class Agent:
                                                          asking=turn.guard_asked.set))
             guard.add_done_callback(lambda _: turn.guard_asked.set())
         else:
-            passed.set()
+            if not unconfirmed:
+                passed.set()
             if self.guard is not None:
                 turn.record["guard"] = {"allowed": True, "reason": (
                     "a change to the read-back" if turn.screen_later else "dialogue act in an ongoing task")}
         cleared = asyncio.Event()  # the guard passed and the turn is committed: tools may run
         clearing = asyncio.create_task(self._clear(turn, passed, committed, cleared))
         main = asyncio.create_task(self._main(turn, cleared, events))
+        gate = guard
+        if unconfirmed:
+            # Read ahead: what the turn makes is held and no tool runs until Redis confirms the
+            # read is current, as for the guard's verdict. Made after the turn's task, so the
+            # model's call goes out first: the check need only be done before the first text.
+            gate = asyncio.create_task(self._confirmed(request, history, guard))
         recorded = False
         try:
-            async for event in self._merge(turn, main, guard, passed, events):
-                yield event
+            try:
+                async for event in self._merge(turn, main, gate, passed, events):
+                    yield event
+            except StaleRead:
+                recorded = True  # nothing of this start happened: ``respond`` runs the turn again
+                raise
             await committed.wait()  # a preemptive turn stores nothing before its commit
             if turn.record.get("guard", {}).get("allowed") is False:
                 outcome = "blocked"
@@ -266,7 +287,7 @@ class Agent:
             if outcome != "blocked":
                 yield final
         finally:
-            for task in (main, guard, clearing):
+            for task in (main, gate, guard, clearing):
                 if task is not None and not task.done():
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -327,11 +348,27 @@ class Agent:
             last is not None and last.assistant.rstrip().endswith("?"))
         return ongoing and is_dialogue_act(turn.request.text)
 
-    async def _load(self, request: brain_pb2.RespondRequest, ahead: ReadAhead | None) -> SessionHistory:
-        """The session's history, with what the caller heard of the last reply recorded first.
-        A reply heard whole changes nothing: that is a plain read, not a read-modify-write that
-        serialises the whole history to find nothing changed (on every turn's path). The read
-        is the one made ahead when there is one (the compare-and-set still checks it)."""
+    async def _confirmed(self, request: brain_pb2.RespondRequest, read: SessionHistory,
+                         guard: asyncio.Task | None) -> GuardVerdict | None:
+        """The guard's verdict (None: no guard asked) once the session read ahead is confirmed
+        current; StaleRead when it is not (or Redis cannot say: the fresh read will tell)."""
+        try:
+            current = await self.store.unchanged_since(request.user_id, request.session_id, read)
+        except RedisError:
+            current = False
+        if not current:
+            if guard is not None:
+                guard.cancel()
+            raise StaleRead
+        return await guard if guard is not None else None
+
+    async def _load(self, request: brain_pb2.RespondRequest, ahead: ReadAhead | None
+                    ) -> tuple[SessionHistory, bool]:
+        """The session's history, with what the caller heard of the last reply recorded first,
+        and whether it is a read made ahead that is yet to be confirmed current. A reply heard
+        whole changes nothing: that is a plain read, not a read-modify-write that serialises the
+        whole history to find nothing changed (on every turn's path). A read made ahead is used
+        when there is one: a write on it is a compare-and-set, which confirms it."""
         read = await ahead.history_for(request.user_id, request.session_id) if ahead else None
         previous = request.previous_reply
         if previous.turn_id and previous.interrupted:
@@ -343,12 +380,16 @@ class Agent:
                     history.turns.append(Turn(previous.turn_id, previous.user_text, previous.text,
                                               interrupted=True))
 
-            return await self.store.update(request.user_id, request.session_id, record_heard, read=read)
-        return read if read is not None else await self.store.load(request.user_id, request.session_id)
+            return await self.store.update(request.user_id, request.session_id, record_heard,
+                                           read=read), False
+        if read is not None:
+            return read, True
+        return await self.store.load(request.user_id, request.session_id), False
 
     async def _merge(self, turn: TurnRun, main: asyncio.Task, guard: asyncio.Task | None,
                      passed: asyncio.Event, events: asyncio.Queue) -> AsyncIterator[brain_pb2.RespondEvent]:
-        """Yield the main loop's events, held back until the guard passes."""
+        """Yield the main loop's events, held back until the guard passes (``guard``: its task,
+        or ``_confirmed``'s, which also waits for a read made ahead to be confirmed)."""
         held: list[brain_pb2.RespondEvent] = []
         ended = False
         getter: asyncio.Task | None = None
@@ -387,11 +428,17 @@ class Agent:
             if getter is not None:
                 getter.cancel()
 
-    def _verdict_given(self, turn: TurnRun, verdict: GuardVerdict, main: asyncio.Task,
+    def _verdict_given(self, turn: TurnRun, verdict: GuardVerdict | None, main: asyncio.Task,
                        passed: asyncio.Event, held: list[brain_pb2.RespondEvent]
                        ) -> Iterator[brain_pb2.RespondEvent]:
         """The guard's verdict on a turn whose text it held: the block (and the turn's main loop
-        cancelled), or ``passed`` set and the held text released."""
+        cancelled), or ``passed`` set and the held text released. None: no guard was asked (the
+        read made ahead is confirmed)."""
+        if verdict is None:
+            passed.set()
+            yield from join_deltas(held)
+            held.clear()
+            return
         turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
                                 "by": verdict.by, "ms": round(verdict.seconds * 1000)}
         if not verdict.allowed:

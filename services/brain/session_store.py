@@ -145,19 +145,23 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 
 class ReadAhead:
     """A session's history read while the caller still speaks (``Prepare`` on ``Brain.Converse``),
-    for the turn that follows on the same call. Only the gateway can know no earlier turn of the
-    session may still be writing it, so it asks for this only then; the turn's own write is still
-    a compare-and-set on the version read here."""
+    for the turn that follows on the same call. The gateway asks for it only when none of its own
+    turns of the session can still be writing it; a turn on another connection of the same
+    session still could, so the turn that uses it checks it is current (``unchanged_since``)
+    before anything it made leaves the brain or any tool runs (``Agent._respond``)."""
 
     def __init__(self, store: SessionStore, user_id: str, session_id: str) -> None:
         self.user_id, self.session_id = user_id, session_id
         self._read = asyncio.create_task(store.load(user_id, session_id))
         self._read.add_done_callback(_seen)
 
+    def matches(self, user_id: str, session_id: str) -> bool:
+        return (user_id, session_id) == (self.user_id, self.session_id)
+
     async def history_for(self, user_id: str, session_id: str) -> SessionHistory | None:
         """What was read, when it is this session's and the read succeeded; else None (the turn
         reads it itself). For the call's one turn: it changes what it gets."""
-        if (user_id, session_id) != (self.user_id, self.session_id):
+        if not self.matches(user_id, session_id):
             return None
         try:
             return await self._read
@@ -190,6 +194,18 @@ class SessionStore:
 
     async def load(self, user_id: str, session_id: str) -> SessionHistory:
         return SessionHistory.from_json(await self._get(self.key(user_id, session_id)))
+
+    async def unchanged_since(self, user_id: str, session_id: str, read: SessionHistory) -> bool:
+        """Whether the session is still as ``read`` found it: its version prefix, one GETRANGE
+        of ~16 bytes (every write bumps the version: ``update``), not the whole history."""
+        key = self.key(user_id, session_id)
+        if read.source is None:  # nothing was stored: is there still nothing?
+            return await self.redis.getrange(key, 0, 0) in (b"", "")
+        match = _VERSION.match(read.source)
+        if match is None:  # a value of another shape: only the whole of it can tell
+            return await self._get(key) == read.source
+        now = await self.redis.getrange(key, 0, len(match.group(0)) - 1)
+        return (now.encode() if isinstance(now, str) else now) == match.group(0)
 
     async def _get(self, key: str) -> bytes | None:
         raw = await self.redis.get(key)

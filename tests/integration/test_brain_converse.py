@@ -88,9 +88,10 @@ async def gets_served(redis_url: str) -> int:
 
 
 async def converse_ahead(services, session: str, text: str, *, user: str = "alice",
-                         between=None) -> list[str]:
+                         between=None, texts: bool = False) -> list:
     """A call that begins with ``prepare``; once Redis has served the read it asked for (and
-    ``between`` has run), the turn's start and commit follow. The events' kinds, in order."""
+    ``between`` has run), the turn's start and commit follow. The events' kinds, in order (with
+    ``texts``: (kind, text) pairs)."""
     before = await gets_served(services.redis_url)
     read = asyncio.Event()
 
@@ -111,9 +112,11 @@ async def converse_ahead(services, session: str, text: str, *, user: str = "alic
 
     async with internal_channel(services.brain_addr) as channel:
         waiter = asyncio.create_task(after_the_read())
-        kinds = [e.WhichOneof("event") async for e in brain_pb2_grpc.BrainStub(channel).Converse(requests())]
+        events = [e async for e in brain_pb2_grpc.BrainStub(channel).Converse(requests())]
         await waiter
-    return kinds
+    if texts:
+        return [(e.WhichOneof("event"), getattr(e, e.WhichOneof("event")).text) for e in events]
+    return [e.WhichOneof("event") for e in events]
 
 
 async def store_turn(redis_url: str, session: str, turn: Turn, user: str = "alice") -> None:
@@ -141,20 +144,23 @@ async def test_a_turn_after_prepare_starts_from_the_session_read_while_the_calle
         "For what time?", "Seven is free."]
 
 
-async def test_a_write_between_the_read_ahead_and_the_turn_is_kept(services, scripted_llm):
-    """The turn is answered from what was read ahead (the other writer's turn is not in its
-    prompt: the read was made before it), but its write is a compare-and-set on the version
-    read: it reads again, and both turns are stored."""
-    scripted_llm.script = lambda _b: "Seven is free."
+async def test_a_write_between_the_read_ahead_and_the_turn_starts_it_again_on_a_fresh_read(
+        services, scripted_llm):
+    """Another connection of the session completes a turn while this caller speaks. The turn
+    confirms its read ahead before anything leaves the brain: stale, so it runs again on a fresh
+    read. The caller hears only the fresh answer, and both turns are stored."""
+    scripted_llm.script = lambda body: "Fresh." if "Hi there." in prompt_text(body) else "Stale."
     session = uuid.uuid4().hex
 
-    async def another_writer():
+    async def another_connection():
         await store_turn(services.redis_url, session, Turn("t_other", "Hello?", "Hi there."))
 
-    kinds = await converse_ahead(services, session, "At seven.", between=another_writer)
-    assert kinds[-1] == "final"
-    assert scripted_llm.requests and not any("Hi there." in prompt_text(b) for b in scripted_llm.requests)
-    assert [t.turn_id for t in await stored_turns(services.redis_url, session)] == ["t_other", "t1"]
+    events = await converse_ahead(services, session, "At seven.", between=another_connection,
+                                  texts=True)
+    assert events[-1] == ("final", "Fresh.")
+    assert all("Stale." not in text for _kind, text in events)
+    assert [(t.turn_id, t.assistant) for t in await stored_turns(services.redis_url, session)] == [
+        ("t_other", "Hi there."), ("t1", "Fresh.")]
 
 
 async def test_a_read_ahead_for_another_user_is_never_used(services, scripted_llm):

@@ -23,7 +23,7 @@ from services.brain.hooks import load_hooks
 from services.brain.llm import OpenAIChatClient
 from services.brain.mcp_tools import McpToolSource, tool_value
 from services.brain.profile import load_profile
-from services.brain.session_store import SessionStore
+from services.brain.session_store import ReadAhead, SessionStore
 from services.brain.toolbox import build_registry
 from tests.conftest import LOG_ROOT
 from tests.fakes.fake_llm import is_guard
@@ -59,11 +59,11 @@ class Caller:
         # A name nobody else books under, spelled as a name.
         self.name = "N" + "".join(chr(ord("a") + int(c, 16) % 26) for c in uuid.uuid4().hex[:6])
 
-    async def say(self, text: str) -> str:
+    async def say(self, text: str, ahead: ReadAhead | None = None) -> str:
         self.turns += 1
         request = brain_pb2.RespondRequest(session_id=self.session, turn_id=f"t{self.turns}",
                                            user_id="alice", text=text.replace("NAME", self.name))
-        events = [event async for event in self.agent.respond(request)]
+        events = [event async for event in self.agent.respond(request, ahead=ahead)]
         return "".join(e.delta.text for e in events if e.WhichOneof("event") == "delta")
 
     async def state(self):
@@ -118,6 +118,30 @@ async def test_after_a_booking_nothing_is_proposed_again_and_a_further_yes_books
     for words in ("Can you check my reservation?", "yes", "Thanks, that's all.", "yes please"):
         said = await caller.say(words)
         assert "Shall I go ahead?" not in said, words
+    assert len(await booked(caller)) == 1
+    assert (await caller.state()).pending is None
+
+
+async def test_a_yes_on_a_read_made_before_another_connection_booked_books_nothing_again(
+        restaurant, redis_client):
+    """The session read ahead while the caller says "yes" (gateway/standby.py), then the same
+    session on a second connection confirms the read-back first. The turn finds its read stale
+    before anything is said or run, and answers from the fresh one: nothing pending."""
+    make, booked, _ = restaurant
+    caller = make()
+    said = await caller.say("Can I book a table for two on Friday at 8 pm? My name is NAME.")
+    assert said.endswith("Shall I go ahead?")
+    reads = redis_client.info("commandstats").get("cmdstat_get", {}).get("calls", 0)
+    ahead = caller.agent.read_ahead("alice", caller.session)  # pending: the read-back
+    for _ in range(500):
+        if redis_client.info("commandstats").get("cmdstat_get", {}).get("calls", 0) > reads:
+            break
+        await asyncio.sleep(0.01)
+    second = make()
+    second.session, second.name, second.turns = caller.session, caller.name, 10
+    assert "is booked" in await second.say("yes")  # the other connection's yes, first
+    said = await caller.say("yes", ahead=ahead)
+    assert "is booked" not in said and "Shall I go ahead?" not in said
     assert len(await booked(caller)) == 1
     assert (await caller.state()).pending is None
 

@@ -198,3 +198,13 @@ async def test_a_typed_turn_while_the_caller_speaks_drops_the_read_ahead():
     assert [r.text for r in brain.requests] == ["Actually, make it three.", "At seven."]
     assert len(brain.prepared) == 1 and len(brain.opened) == 1  # the turn at the endpoint: a fresh call
     await call.close()
+
+
+async def test_read_ahead_off_opens_the_calls_without_prepare():
+    brain, tts = FakeBrain(), FakeTts()
+    call, ws = make_call(brain, tts, session_read_ahead=False)
+    await say(call, 0, "When do you open?")
+    await until(lambda: "turn.metrics" in ws.kinds())
+    assert brain.prepared == [] and len(brain.opened) == 1  # the call opened at the onset, as before
+    assert [r.text for r in brain.requests] == ["When do you open?"]
+    await call.close()

@@ -223,3 +223,30 @@ async def test_records_are_trimmed_to_about_the_most_kept(redis_url):
         assert len(kept) < 400  # approximate trimming: whole stream nodes at a time
     finally:
         await redis.aclose()
+
+
+async def test_a_read_is_confirmed_current_by_its_version_until_someone_writes(store, other_writer):
+    """``unchanged_since``: what a turn on a read made ahead checks before anything leaves."""
+    session = uuid.uuid4().hex
+    nothing = await store.load("alice", session)
+    assert await store.unchanged_since("alice", session, nothing)  # still nothing stored
+    await store.append_turn("alice", session, Turn("t1", "q", "a"))
+    assert not await store.unchanged_since("alice", session, nothing)  # now there is
+    read = await store.load("alice", session)
+    assert await store.unchanged_since("alice", session, read)
+    other_writer.set(store.key("alice", session), read.to_json().replace('"a"', '"b"', 1)
+                     .replace('"version": 1', '"version": 2'))  # another replica's turn
+    assert not await store.unchanged_since("alice", session, read)
+    other_writer.delete(store.key("alice", session))  # expired meanwhile
+    assert not await store.unchanged_since("alice", session, read)
+
+
+async def test_a_read_of_another_shape_is_confirmed_only_whole(store, other_writer):
+    session = uuid.uuid4().hex
+    key = store.key("alice", session)
+    legacy = json.dumps({"turns": [], "state": {}, "version": 3})  # the version not first
+    other_writer.set(key, legacy)
+    read = await store.load("alice", session)
+    assert await store.unchanged_since("alice", session, read)
+    other_writer.set(key, legacy.replace("[]", '[{"turn_id": "t9", "user": "q", "assistant": "a"}]'))
+    assert not await store.unchanged_since("alice", session, read)
