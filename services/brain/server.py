@@ -119,6 +119,8 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "the first message must be start (or prepare, then start)")
         committed, ended = asyncio.Event(), asyncio.Event()
+        if first.committed:
+            committed.set()  # started at the endpoint: nothing can discard it, nothing to read
         turn = aiter(self.Respond(first.start, context, committed, ahead))
         # Every step of the turn runs in this one context: the span Respond makes current is
         # attached in one step and detached in another (OpenTelemetry cannot detach a context
@@ -130,7 +132,8 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
         # (frame, task, exception, traceback), and with it the call's whole state until the
         # collector ran (~25 objects a turn; ~4,500 in each young collection at 200 sessions).
         step = loop.create_task(anext(turn, TURN_OVER), context=steps)
-        reader = asyncio.create_task(_read_commit(requests, committed, ended))
+        reader = None if committed.is_set() else asyncio.create_task(
+            _read_commit(requests, committed, ended))
         try:
             while True:
                 # Once committed nothing can discard the turn (a cancel ends this handler).
@@ -145,7 +148,8 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
                 yield event
                 step = loop.create_task(anext(turn, TURN_OVER), context=steps)
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
             if not step.done():  # cancelled (discarded) while it ran the turn
                 step.cancel()
                 with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):

@@ -193,3 +193,29 @@ async def test_prepare_without_ids_is_refused_and_a_call_that_ends_after_it_stor
             [e async for e in stub.Converse(prepare_only())]
         assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert await stored_turns(services.redis_url, session) == []
+
+
+async def test_a_start_that_says_it_is_committed_needs_no_commit_message(services, scripted_llm):
+    """A call opened ahead of its words and started at the endpoint (gateway/standby.py): the
+    start carries ``committed``, and the turn runs and is stored with nothing more sent; a
+    commit message behind it (for an older brain) changes nothing."""
+    scripted_llm.script = lambda _b: "We open at noon."
+    sessions = [uuid.uuid4().hex, uuid.uuid4().hex]
+    more_after_start = asyncio.Event()  # never set: the call stays open, nothing more sent
+
+    async def alone():
+        yield brain_pb2.ConverseRequest(start=start(sessions[0], "When do you open?").start, committed=True)
+        await more_after_start.wait()
+
+    async def with_commit():
+        yield brain_pb2.ConverseRequest(start=start(sessions[1], "When do you open?").start, committed=True)
+        yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())
+
+    async with internal_channel(services.brain_addr) as channel:
+        stub = brain_pb2_grpc.BrainStub(channel)
+        for requests in (alone(), with_commit()):
+            kinds = [e.WhichOneof("event") async for e in stub.Converse(requests, timeout=10)]
+            assert kinds[0] == "delta" and kinds[-1] == "final"
+    for session in sessions:
+        [turn] = await stored_turns(services.redis_url, session)
+        assert turn.assistant == "We open at noon."

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17voicebot/v1/brain.proto\x12\x0bvoicebot.v1\" \n\rPrefillResult\x12\x0f\n\x07started\x18\x01 \x01(\x08\"\x08\n\x06\x43ommit\".\n\x07Prepare\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\"\x9a\x01\n\x0f\x43onverseRequest\x12,\n\x05start\x18\x01 \x01(\x0b\x32\x1b.voicebot.v1.RespondRequestH\x00\x12%\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x13.voicebot.v1.CommitH\x00\x12\'\n\x07prepare\x18\x03 \x01(\x0b\x32\x14.voicebot.v1.PrepareH\x00\x42\t\n\x07request\"S\n\nSpokenPart\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0binterrupted\x18\x03 \x01(\x08\x12\x11\n\tuser_text\x18\x04 \x01(\t\"\x98\x02\n\x0eRespondRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x0f\n\x07user_id\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x10\n\x08language\x18\x05 \x01(\t\x12/\n\x0eprevious_reply\x18\x06 \x01(\x0b\x32\x17.voicebot.v1.SpokenPart\x12H\n\x0fsession_context\x18\x07 \x03(\x0b\x32/.voicebot.v1.RespondRequest.SessionContextEntry\x1a\x35\n\x13SessionContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x19\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"<\n\x0cToolActivity\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"*\n\x07Handoff\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07summary\x18\x02 \x01(\t\"=\n\x05\x46inal\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x14\n\x0c\x64ialog_state\x18\x02 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x03 \x01(\x08\"\'\n\x07\x42locked\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xf3\x01\n\x0cRespondEvent\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\'\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x16.voicebot.v1.TextDeltaH\x00\x12)\n\x04tool\x18\x03 \x01(\x0b\x32\x19.voicebot.v1.ToolActivityH\x00\x12\'\n\x07handoff\x18\x04 \x01(\x0b\x32\x14.voicebot.v1.HandoffH\x00\x12#\n\x05\x66inal\x18\x05 \x01(\x0b\x32\x12.voicebot.v1.FinalH\x00\x12\'\n\x07\x62locked\x18\x06 \x01(\x0b\x32\x14.voicebot.v1.BlockedH\x00\x42\x07\n\x05\x65vent2\xd9\x01\n\x05\x42rain\x12\x43\n\x07Respond\x12\x1b.voicebot.v1.RespondRequest\x1a\x19.voicebot.v1.RespondEvent0\x01\x12G\n\x08\x43onverse\x12\x1c.voicebot.v1.ConverseRequest\x1a\x19.voicebot.v1.RespondEvent(\x01\x30\x01\x12\x42\n\x07Prefill\x12\x1b.voicebot.v1.RespondRequest\x1a\x1a.voicebot.v1.PrefillResultb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17voicebot/v1/brain.proto\x12\x0bvoicebot.v1\" \n\rPrefillResult\x12\x0f\n\x07started\x18\x01 \x01(\x08\"\x08\n\x06\x43ommit\".\n\x07Prepare\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\"\xad\x01\n\x0f\x43onverseRequest\x12,\n\x05start\x18\x01 \x01(\x0b\x32\x1b.voicebot.v1.RespondRequestH\x00\x12%\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x13.voicebot.v1.CommitH\x00\x12\'\n\x07prepare\x18\x03 \x01(\x0b\x32\x14.voicebot.v1.PrepareH\x00\x12\x11\n\tcommitted\x18\x04 \x01(\x08\x42\t\n\x07request\"S\n\nSpokenPart\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0binterrupted\x18\x03 \x01(\x08\x12\x11\n\tuser_text\x18\x04 \x01(\t\"\x98\x02\n\x0eRespondRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x0f\n\x07user_id\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x10\n\x08language\x18\x05 \x01(\t\x12/\n\x0eprevious_reply\x18\x06 \x01(\x0b\x32\x17.voicebot.v1.SpokenPart\x12H\n\x0fsession_context\x18\x07 \x03(\x0b\x32/.voicebot.v1.RespondRequest.SessionContextEntry\x1a\x35\n\x13SessionContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x19\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"<\n\x0cToolActivity\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"*\n\x07Handoff\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07summary\x18\x02 \x01(\t\"=\n\x05\x46inal\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x14\n\x0c\x64ialog_state\x18\x02 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x03 \x01(\x08\"\'\n\x07\x42locked\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xf3\x01\n\x0cRespondEvent\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\'\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x16.voicebot.v1.TextDeltaH\x00\x12)\n\x04tool\x18\x03 \x01(\x0b\x32\x19.voicebot.v1.ToolActivityH\x00\x12\'\n\x07handoff\x18\x04 \x01(\x0b\x32\x14.voicebot.v1.HandoffH\x00\x12#\n\x05\x66inal\x18\x05 \x01(\x0b\x32\x12.voicebot.v1.FinalH\x00\x12\'\n\x07\x62locked\x18\x06 \x01(\x0b\x32\x14.voicebot.v1.BlockedH\x00\x42\x07\n\x05\x65vent2\xd9\x01\n\x05\x42rain\x12\x43\n\x07Respond\x12\x1b.voicebot.v1.RespondRequest\x1a\x19.voicebot.v1.RespondEvent0\x01\x12G\n\x08\x43onverse\x12\x1c.voicebot.v1.ConverseRequest\x1a\x19.voicebot.v1.RespondEvent(\x01\x30\x01\x12\x42\n\x07Prefill\x12\x1b.voicebot.v1.RespondRequest\x1a\x1a.voicebot.v1.PrefillResultb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,25 +40,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREPARE']._serialized_start=84
   _globals['_PREPARE']._serialized_end=130
   _globals['_CONVERSEREQUEST']._serialized_start=133
-  _globals['_CONVERSEREQUEST']._serialized_end=287
-  _globals['_SPOKENPART']._serialized_start=289
-  _globals['_SPOKENPART']._serialized_end=372
-  _globals['_RESPONDREQUEST']._serialized_start=375
-  _globals['_RESPONDREQUEST']._serialized_end=655
-  _globals['_RESPONDREQUEST_SESSIONCONTEXTENTRY']._serialized_start=602
-  _globals['_RESPONDREQUEST_SESSIONCONTEXTENTRY']._serialized_end=655
-  _globals['_TEXTDELTA']._serialized_start=657
-  _globals['_TEXTDELTA']._serialized_end=682
-  _globals['_TOOLACTIVITY']._serialized_start=684
-  _globals['_TOOLACTIVITY']._serialized_end=744
-  _globals['_HANDOFF']._serialized_start=746
-  _globals['_HANDOFF']._serialized_end=788
-  _globals['_FINAL']._serialized_start=790
-  _globals['_FINAL']._serialized_end=851
-  _globals['_BLOCKED']._serialized_start=853
-  _globals['_BLOCKED']._serialized_end=892
-  _globals['_RESPONDEVENT']._serialized_start=895
-  _globals['_RESPONDEVENT']._serialized_end=1138
-  _globals['_BRAIN']._serialized_start=1141
-  _globals['_BRAIN']._serialized_end=1358
+  _globals['_CONVERSEREQUEST']._serialized_end=306
+  _globals['_SPOKENPART']._serialized_start=308
+  _globals['_SPOKENPART']._serialized_end=391
+  _globals['_RESPONDREQUEST']._serialized_start=394
+  _globals['_RESPONDREQUEST']._serialized_end=674
+  _globals['_RESPONDREQUEST_SESSIONCONTEXTENTRY']._serialized_start=621
+  _globals['_RESPONDREQUEST_SESSIONCONTEXTENTRY']._serialized_end=674
+  _globals['_TEXTDELTA']._serialized_start=676
+  _globals['_TEXTDELTA']._serialized_end=701
+  _globals['_TOOLACTIVITY']._serialized_start=703
+  _globals['_TOOLACTIVITY']._serialized_end=763
+  _globals['_HANDOFF']._serialized_start=765
+  _globals['_HANDOFF']._serialized_end=807
+  _globals['_FINAL']._serialized_start=809
+  _globals['_FINAL']._serialized_end=870
+  _globals['_BLOCKED']._serialized_start=872
+  _globals['_BLOCKED']._serialized_end=911
+  _globals['_RESPONDEVENT']._serialized_start=914
+  _globals['_RESPONDEVENT']._serialized_end=1157
+  _globals['_BRAIN']._serialized_start=1160
+  _globals['_BRAIN']._serialized_end=1377
 # @@protoc_insertion_point(module_scope)

@@ -25,14 +25,16 @@ class Prepare(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., user_id: _Optional[str] = ...) -> None: ...
 
 class ConverseRequest(_message.Message):
-    __slots__ = ("start", "commit", "prepare")
+    __slots__ = ("start", "commit", "prepare", "committed")
     START_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     PREPARE_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
     start: RespondRequest
     commit: Commit
     prepare: Prepare
-    def __init__(self, start: _Optional[_Union[RespondRequest, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ...) -> None: ...
+    committed: bool
+    def __init__(self, start: _Optional[_Union[RespondRequest, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ..., committed: _Optional[bool] = ...) -> None: ...
 
 class SpokenPart(_message.Message):
     __slots__ = ("turn_id", "text", "interrupted", "user_text")
