@@ -75,12 +75,12 @@ from voicebot.v1 import brain_pb2
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 _END = object()
+ANSWER_NOW = "Tools are no longer available this turn: answer the caller now from what you found."
+UNREACHABLE = ("unavailable", "timeout")
 
 
 class StaleRead(Exception):
     """The session read ahead is older than what Redis holds now (``Agent._confirmed``)."""
-ANSWER_NOW = "Tools are no longer available this turn: answer the caller now from what you found."
-UNREACHABLE = ("unavailable", "timeout")
 
 
 @dataclass
