@@ -175,13 +175,13 @@ async def test_no_read_ahead_while_the_last_turn_may_still_write_the_session():
     the session, so the next turn's call is opened without ``prepare`` and the brain reads the
     session when the turn starts."""
     brain, tts = FakeBrain(think_s=0.5), FakeTts()
-    call, _ws = make_call(brain, tts)
+    call, ws = make_call(brain, tts)
     await say(call, 0, "When do you open?")
     await until(lambda: len(brain.requests) == 1)
-    await call._on_stt_event(speech_started(1, onset_ms=3000))  # the brain is still thinking
-    assert len(brain.opened) == 2
-    await asyncio.sleep(0.05)
-    assert len(brain.prepared) == 1  # the first utterance's only
+    await say(call, 1, "And on Sundays?")  # its onset while the brain still thinks
+    await until(lambda: len(brain.requests) == 2 and "turn.metrics" in ws.kinds())
+    assert len(brain.opened) == 2  # the second turn on the call opened at its onset ...
+    assert len(brain.prepared) == 1  # ... which began with the turn's start, not a prepare
     await call.close()
 
 
