@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import grpc
@@ -154,8 +155,10 @@ class TurnRunner:
         bound_s = self.timeout_s if standby is not None else None
         try:
             await run_together(
-                _stage("brain", self._pump_brain(brain_call, req.turn_id, texts, timings, reply), bound_s),
-                _stage("tts", self._pump_tts(tts_call, req.turn_id, timings, spoken, playout), bound_s),
+                _stage("brain", partial(self._pump_brain, brain_call, req.turn_id, texts, timings, reply),
+                       bound_s),
+                _stage("tts", partial(self._pump_tts, tts_call, req.turn_id, timings, spoken, playout),
+                       bound_s),
                 self._play(playout),
             )
         finally:
@@ -267,17 +270,18 @@ async def run_together(*coroutines: Awaitable[Any]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _stage(name: str, work: Awaitable[None], bound_s: float | None = None) -> None:
+async def _stage(name: str, work: Callable[[], Awaitable[None]], bound_s: float | None = None) -> None:
     """Name the upstream behind a gRPC failure, so the caller can say what failed. ``bound_s``:
     the turn's own time limit on a call whose deadline is later; past it the stage fails as
-    that call's deadline would."""
+    that call's deadline would. ``work`` is made here, not by the caller: a turn cancelled
+    before its stages start leaves no coroutine never awaited."""
     try:
         if bound_s is None:
-            await work
+            await work()
             return
         try:
             async with asyncio.timeout(bound_s):
-                await work
+                await work()
         except TimeoutError:
             expired = grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, details="Deadline Exceeded")
             raise expired from None
