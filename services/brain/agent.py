@@ -357,9 +357,7 @@ class Agent:
         except RedisError:
             current = False
         if not current:
-            if guard is not None:
-                guard.cancel()
-            raise StaleRead
+            raise StaleRead  # the guard's task is cancelled with the turn's others (``_respond``)
         return await guard if guard is not None else None
 
     async def _load(self, request: brain_pb2.RespondRequest, ahead: ReadAhead | None
@@ -434,17 +432,13 @@ class Agent:
         """The guard's verdict on a turn whose text it held: the block (and the turn's main loop
         cancelled), or ``passed`` set and the held text released. None: no guard was asked (the
         read made ahead is confirmed)."""
-        if verdict is None:
-            passed.set()
-            yield from join_deltas(held)
-            held.clear()
-            return
-        turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
-                                "by": verdict.by, "ms": round(verdict.seconds * 1000)}
-        if not verdict.allowed:
-            main.cancel()
-            yield self._blocked(turn, verdict)
-            return
+        if verdict is not None:
+            turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
+                                    "by": verdict.by, "ms": round(verdict.seconds * 1000)}
+            if not verdict.allowed:
+                main.cancel()
+                yield self._blocked(turn, verdict)
+                return
         passed.set()
         yield from join_deltas(held)
         held.clear()

@@ -155,13 +155,10 @@ class ReadAhead:
         self._read = asyncio.create_task(store.load(user_id, session_id))
         self._read.add_done_callback(_seen)
 
-    def matches(self, user_id: str, session_id: str) -> bool:
-        return (user_id, session_id) == (self.user_id, self.session_id)
-
     async def history_for(self, user_id: str, session_id: str) -> SessionHistory | None:
         """What was read, when it is this session's and the read succeeded; else None (the turn
         reads it itself). For the call's one turn: it changes what it gets."""
-        if not self.matches(user_id, session_id):
+        if (user_id, session_id) != (self.user_id, self.session_id):
             return None
         try:
             return await self._read
