@@ -36,6 +36,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import httpx
 import numpy as np
 import websockets
 from prometheus_client import generate_latest
@@ -422,11 +423,21 @@ def pin_cores(gateway_pid: int, other_pids: list[int], cores: list[int]) -> None
         _pin(pid, set(cores[:-1]))
 
 
-async def scrape(metrics_url: str) -> str:
-    import httpx
+_http: list[httpx.AsyncClient] = []
 
-    async with httpx.AsyncClient() as http:
-        return (await http.get(metrics_url)).text
+
+def http() -> httpx.AsyncClient:
+    """The run's one HTTP client, made before anything is measured. Making one builds an SSL
+    context, 20-40 ms of this process's CPU in which no caller's frame goes out and no reply is
+    read: a client per scrape at a window's edges timed the turns then that much late (one
+    caller's p95 of 11 turns was 42.9 ms for it once, the other ten 3.8-5.8)."""
+    if not _http:
+        _http.append(httpx.AsyncClient())
+    return _http[0]
+
+
+async def scrape(metrics_url: str) -> str:
+    return (await http().get(metrics_url)).text
 
 
 def gc_pauses(text: str) -> dict[str, float]:
@@ -465,15 +476,11 @@ async def gc_pauses_now(gateway: dict[str, float], brain_metrics: str | None) ->
 
 async def until_idle(http_url: str, timeout: float = 30.0) -> None:
     """Wait until the gateway has closed every session of the last level (they hold its slots)."""
-    import httpx
-
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient() as http:
-        while time.monotonic() < deadline:
-            text = (await http.get(f"{http_url}/metrics")).text
-            if "\nvoicebot_active_sessions 0.0" in text:
-                return
-            await asyncio.sleep(0.2)
+    while time.monotonic() < deadline:
+        if "\nvoicebot_active_sessions 0.0" in await scrape(f"{http_url}/metrics"):
+            return
+        await asyncio.sleep(0.2)
 
 
 def http_base(ws_url: str) -> str:
@@ -617,6 +624,7 @@ async def main_async(args) -> dict:
     results: dict = {"machine": {"cores": os.cpu_count(), "load_avg_at_start": os.getloadavg(),
                                  "cpu_wakeup_bound_us": cpu_latency.current_bound_us()},
                      "guard": args.guard, "pinned": args.pin, "idle_poll": args.idle_poll, "variants": {}}
+    http()
     try:
         cores = sorted(os.sched_getaffinity(0))  # before --pin narrows this process's own
         print("measuring this machine's hops between processes ...", file=sys.stderr, flush=True)
@@ -649,6 +657,8 @@ async def main_async(args) -> dict:
                     latency[name]["turn_samples_ms"], base)
     finally:
         stack.stop()
+        await http().aclose()
+        _http.clear()
     return results
 
 
@@ -657,7 +667,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=lambda s: [int(x) for x in s.split(",")],
                         default=[10, 50, 100, 200, 400])
     parser.add_argument("--seconds", type=float, default=15.0, help="measured window per load level")
-    parser.add_argument("--latency-seconds", type=float, default=30.0,
+    # 60 s: ~33 turns, so the p95 is not one turn's (of 16, a single slow one was the p95).
+    parser.add_argument("--latency-seconds", type=float, default=60.0,
                         help="one caller's turns, per variant, over all rounds")
     parser.add_argument("--rounds", type=int, default=3,
                         help="the variants take turns at the one-caller latency this many times each")
