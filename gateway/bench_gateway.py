@@ -45,6 +45,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.frames import Frame, Opcode
 
 from gateway import bench_hops
+from gateway.bench_stalls import StallMeter
 from voicebot.common import cpu_latency, gc_tuning
 from voicebot.common.stats import p50_ratio_interval, percentile
 from voicebot.devstack import ROOT, Proc, Stack, free_port
@@ -273,10 +274,12 @@ async def send_frame(ws, pcm: bytes) -> None:
 
 async def run_sessions(url: str, count: int, seconds: float, period: tuple[float, float],
                        gateway_pid: int, others: dict[str, int], warmup_s: float = 2.0,
-                       samples: bool = False, brain_metrics: str | None = None) -> dict:
+                       samples: bool = False, brain_metrics: str | None = None,
+                       stalls: StallMeter | None = None) -> dict:
     """``count`` callers arriving in batches, streaming real-time audio; measured for ``seconds``
     after ``warmup_s``: turns, errors, and the CPU of every process (the gateway's, and the
-    others' for context) in that window. ``samples``: each turn's figures too (``*_samples_ms``)."""
+    others' for context) in that window, and the machine's late wake-ups in it (``stalls``).
+    ``samples``: each turn's figures too (``*_samples_ms``)."""
     sessions: list[Session] = []
     refused: list = []
     receivers: list[asyncio.Task] = []
@@ -308,7 +311,9 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         s.stages.clear()
         s.missed, s.errors, s.received, s.deltas = 0, {}, 0, 0
     late_ms.clear()
+    window_start = time.monotonic()
     await asyncio.sleep(seconds)
+    window_end = time.monotonic()
     cpu = cpu_seconds(gateway_pid) - cpu_start
     rss = resident_mib(gateway_pid)
     counters_end, gateway_gc = await gateway_counters(url)
@@ -349,6 +354,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         "gateway_cores": cpu / seconds, "gateway_us_per_frame": cpu / max(1, frames) * 1e6,
         "gateway_rss_mib": rss,
         "client_tick_p99_ms": percentile(late_ms, 0.99), "other_cores": others_cores,
+        "machine_stalls": stalls.window(window_start, window_end) if stalls else None,
         # Each process's collections in the window and how long they stopped it, ms.
         "gc_pauses": {name: {"collections": round(end["collections"] - gc_start[name]["collections"]),
                              "ms": round((end["seconds"] - gc_start[name]["seconds"]) * 1000, 1)}
@@ -494,7 +500,8 @@ def in_turns(names: list[str], rounds: int) -> list[list[str]]:
 
 
 async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int], others: dict[str, int],
-                              seconds: float, rounds: int, brain_metrics: str) -> dict[str, dict]:
+                              seconds: float, rounds: int, brain_metrics: str,
+                              stalls: StallMeter | None = None) -> dict[str, dict]:
     """One caller's turns on each variant's gateway, the variants taking turns in ``rounds``
     rounds (the order rotated each round), so that a machine whose speed drifts within the hour
     (as these shared ones do) slows every variant alike; each variant's rounds pooled."""
@@ -503,7 +510,7 @@ async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int]
         for name in order:
             parts[name].append(await run_sessions(urls[name], 1, seconds / rounds, (1.5, 2.0),
                                                   gateway_pids[name], others, warmup_s=1.0, samples=True,
-                                                  brain_metrics=brain_metrics))
+                                                  brain_metrics=brain_metrics, stalls=stalls))
     return {name: pooled(runs) for name, runs in parts.items()}
 
 
@@ -529,11 +536,16 @@ def pooled(runs: list[dict]) -> dict:
         out[key] = sum(r[key] for r in runs) / len(runs)
     out["gc_pauses"] = {name: {key: round(sum(r["gc_pauses"][name][key] for r in runs), 1)
                                for key in ("collections", "ms")} for name in runs[-1]["gc_pauses"]}
+    stalls = [r["machine_stalls"] for r in runs if r.get("machine_stalls")]
+    out["machine_stalls"] = {"over_2ms": sum(s["over_2ms"] for s in stalls),
+                             "over_10ms": sum(s["over_10ms"] for s in stalls),
+                             "max_ms": max(s["max_ms"] for s in stalls)} if stalls else None
     return out
 
 
 async def interleaved_loads(urls: dict[str, str], gateway_pids: dict[str, int], others: dict[str, int],
-                            args, brain_metrics: str) -> dict[str, list[dict]]:
+                            args, brain_metrics: str,
+                            stalls: StallMeter | None = None) -> dict[str, list[dict]]:
     """Each level of ``--sessions`` on every variant's gateway, the variants taking turns in
     ``--load-rounds`` rounds of ``--seconds`` / rounds each (the order rotated each round), each
     variant's rounds at a level pooled; without the per-turn samples (the JSON stays small)."""
@@ -545,7 +557,7 @@ async def interleaved_loads(urls: dict[str, str], gateway_pids: dict[str, int], 
                 await until_idle(http_base(urls[name]))
                 parts[name].append(await run_sessions(urls[name], count, args.seconds / args.load_rounds,
                                                       (2.0, 4.0), gateway_pids[name], others, samples=True,
-                                                      brain_metrics=brain_metrics))
+                                                      brain_metrics=brain_metrics, stalls=stalls))
         for name in urls:
             merged = pooled(parts[name])
             loads[name].append({k: v for k, v in merged.items() if not k.endswith("_samples_ms")})
@@ -590,9 +602,11 @@ def table(results: dict) -> str:
             f"{fmt(lat['ws_messages_per_turn'], '.1f')} WebSocket messages to the client per turn "
             f"({fmt(lat['reply_deltas_per_turn'], '.1f')} reply.delta)",
             "  sessions  admitted  refused  turns  p50 ms  p99 ms  brain p50/p99  w/o brain  "
-            "missed  errors      gw cores  us/frame  gw MiB  brain  fakes  client  gc ms gw/brain",
+            "missed  errors      gw cores  us/frame  gw MiB  brain  fakes  client  gc ms gw/brain  "
+            "late wake-ups",
             "  --------  --------  -------  -----  ------  ------  -------------  ---------  "
-            "------  ----------  --------  --------  ------  -----  -----  ------  --------------"]
+            "------  ----------  --------  --------  ------  -----  -----  ------  --------------  "
+            "-------------"]
         for load in r["load"]:
             errors = ",".join(f"{k}:{v}" for k, v in sorted(load["errors"].items())) or "0"
             other = load["other_cores"]
@@ -601,6 +615,8 @@ def table(results: dict) -> str:
             fakes = other.get("fake_speech", 0) + other.get("fake_llm", 0)
             pauses = load.get("gc_pauses", {})
             gc_ms = "/".join(fmt(pauses.get(name, {}).get("ms"), ".0f") for name in ("gateway", "brain"))
+            stalls = load.get("machine_stalls")
+            late = f"{stalls['over_2ms']}/{stalls['over_10ms']} ({stalls['max_ms']:.0f})" if stalls else "-"
             rows.append(
                 f"  {load['sessions']:>8}  {load['admitted']:>8}  {load['refused']:>7}  {load['turns']:>5}  "
                 f"{fmt(load['turn_p50_ms']):>6}  {fmt(load['turn_p99_ms']):>6}  "
@@ -608,13 +624,17 @@ def table(results: dict) -> str:
                 f"{load['missed_turns']:>6}  {errors:<10}  "
                 f"{fmt(load['gateway_cores'], '.2f'):>8}  {fmt(load['gateway_us_per_frame'], '.0f'):>8}  "
                 f"{fmt(load.get('gateway_rss_mib'), '.0f'):>6}  "
-                f"{other.get('brain', 0):>5.2f}  {fakes:>5.2f}  {other.get('client', 0):>6.2f}  {gc_ms:>14}")
+                f"{other.get('brain', 0):>5.2f}  {fakes:>5.2f}  {other.get('client', 0):>6.2f}  {gc_ms:>14}  "
+                f"{late:>13}")
         rows.append("")
     rows.append("cores: CPU seconds per second of each process over the measured window; us/frame: the "
                 "gateway's CPU per 20 ms audio frame received; gw MiB: its resident memory at the end; "
                 "brain p50/p99: the gateway's request to the brain's first text (turn.metrics llm_ttft), ms; "
                 "w/o brain p50/p99: each turn less that share of it, ms; gc ms: how long the cycle collector "
-                "stopped the gateway and the brain in the window (voicebot_gc_pause_seconds)")
+                "stopped the gateway and the brain in the window (voicebot_gc_pause_seconds); late wake-ups: "
+                "a bystander process sleeping 2 ms at a time woke over 2 / over 10 ms late this many times "
+                "in the window (the latest, ms): how long a woken process waited for a CPU then, the hour's "
+                "share of the tail (gateway/bench_stalls.py)")
     return "\n".join(rows)
 
 
@@ -625,6 +645,7 @@ async def main_async(args) -> dict:
                                  "cpu_wakeup_bound_us": cpu_latency.current_bound_us()},
                      "guard": args.guard, "pinned": args.pin, "idle_poll": args.idle_poll, "variants": {}}
     http()
+    stalls = StallMeter()
     try:
         cores = sorted(os.sched_getaffinity(0))  # before --pin narrows this process's own
         print("measuring this machine's hops between processes ...", file=sys.stderr, flush=True)
@@ -645,10 +666,11 @@ async def main_async(args) -> dict:
             for pid in gateway_pids.values():
                 pin_cores(pid, [os.getpid(), *others], cores)
         urls = {name: f"ws://127.0.0.1:{gateway.ready['http']}/v1/call" for name, gateway in gateways.items()}
+        await stalls.start()
         latency = await interleaved_latency(urls, gateway_pids, pids, args.latency_seconds, args.rounds,
-                                            brain_metrics)
+                                            brain_metrics, stalls)
         base = latency[args.variants[0]]["turn_samples_ms"]
-        loads = await interleaved_loads(urls, gateway_pids, pids, args, brain_metrics)
+        loads = await interleaved_loads(urls, gateway_pids, pids, args, brain_metrics, stalls)
         for name, gateway in gateways.items():
             stop_proc(stack, gateway)
             results["variants"][name] = {"latency": latency[name], "load": loads[name], "env": VARIANTS[name]}
@@ -656,6 +678,7 @@ async def main_async(args) -> dict:
                 results["variants"][name]["latency_p50_vs_first"] = p50_ratio_interval(
                     latency[name]["turn_samples_ms"], base)
     finally:
+        await stalls.stop()
         stack.stop()
         await http().aclose()
         _http.clear()

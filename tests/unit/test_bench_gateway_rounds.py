@@ -9,16 +9,17 @@ from gateway.bench_gateway import gc_pauses, pooled
 
 
 def test_a_variants_latency_rounds_are_pooled_as_one_sample():
-    def run(turns, errors, cores):
-        return {"turn_samples_ms": turns, "brain_samples_ms": [4.0] * len(turns),
+    def run(turns, errors, cores, stalls):
+        return {"machine_stalls": stalls, "turn_samples_ms": turns, "brain_samples_ms": [4.0] * len(turns),
                 "without_brain_samples_ms": [t - 4.0 for t in turns], "missed_turns": 1, "errors": errors,
                 "gateway_cores": cores, "gateway_us_per_frame": 100.0, "stt_messages_per_frame": 0.1,
                 "ws_messages_per_turn": 17.0, "reply_deltas_per_turn": 1.0,
                 "gc_pauses": {"gateway": {"collections": 2, "ms": 3.5},
                               "brain": {"collections": 1, "ms": 2.0}}}
 
-    merged = pooled([run([6.0, 7.0, 8.0], {"internal": 1}, 0.02),
-                     run([9.0, 10.0], {"internal": 2, "x": 1}, 0.04)])
+    merged = pooled([
+        run([6.0, 7.0, 8.0], {"internal": 1}, 0.02, {"over_2ms": 3, "over_10ms": 1, "max_ms": 12.5}),
+        run([9.0, 10.0], {"internal": 2, "x": 1}, 0.04, {"over_2ms": 2, "over_10ms": 0, "max_ms": 4.0})])
     assert merged["rounds"] == 2 and merged["turns"] == 5
     assert merged["turn_p50_ms"] == 8.0 and merged["turn_p99_ms"] == 10.0
     assert merged["without_brain_p50_ms"] == 4.0 and merged["brain_p50_ms"] == 4.0
@@ -27,6 +28,8 @@ def test_a_variants_latency_rounds_are_pooled_as_one_sample():
     # The collector's pauses of both rounds: the whole time each process was stopped.
     assert merged["gc_pauses"] == {"gateway": {"collections": 4, "ms": 7.0},
                                    "brain": {"collections": 2, "ms": 4.0}}
+    # The machine's late wake-ups in both windows, and the latest of them.
+    assert merged["machine_stalls"] == {"over_2ms": 5, "over_10ms": 1, "max_ms": 12.5}
 
 
 async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(monkeypatch):
@@ -37,7 +40,7 @@ async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(mon
     calls = []
 
     async def run_sessions(url, count, seconds, period, gateway_pid, others, samples=False,
-                           brain_metrics=None):
+                           brain_metrics=None, stalls=None):
         calls.append((url, count, seconds))
         turns = [float(len(calls))]
         return {"turn_samples_ms": turns, "brain_samples_ms": [1.0], "without_brain_samples_ms": [0.0],
