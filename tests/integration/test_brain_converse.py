@@ -6,6 +6,7 @@ The brain process of the shared ``services`` fixture (scripted LLM), a real redi
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 
 import grpc
@@ -197,7 +198,8 @@ async def test_prepare_without_ids_is_refused_and_a_call_that_ends_after_it_stor
 
 async def test_a_start_that_says_it_is_committed_needs_no_commit_message(services, scripted_llm):
     """A call opened ahead of its words and started at the endpoint (gateway/standby.py): the
-    start carries ``committed``, and the turn runs and is stored with nothing more sent; a
+    start carries ``committed``, and the turn runs and is stored with nothing more sent (the
+    call then ends ``HALF_CLOSE_WAIT_S`` after the turn, for want of the client's half-close); a
     commit message behind it (for an older brain) changes nothing."""
     scripted_llm.script = lambda _b: "We open at noon."
     sessions = [uuid.uuid4().hex, uuid.uuid4().hex]
@@ -219,3 +221,57 @@ async def test_a_start_that_says_it_is_committed_needs_no_commit_message(service
     for session in sessions:
         [turn] = await stored_turns(services.redis_url, session)
         assert turn.assistant == "We open at noon."
+
+
+async def test_the_call_ends_only_once_the_client_has_half_closed(services, scripted_llm):
+    """A turn whose client is still writing when the turn is over (the commit behind a committed
+    start, for an older brain): the call's end waits for the client's half-close. Ended before
+    it, the stream was reset under the client's write, which grpc.aio then reported as INTERNAL
+    in place of the call's OK (grpc/grpc#36066)."""
+    scripted_llm.script = lambda _b: "We open at noon."
+    session = uuid.uuid4().hex
+    half_closed_at = []
+
+    async def slow_client():
+        yield brain_pb2.ConverseRequest(start=start(session, "When do you open?").start, committed=True)
+        await asyncio.sleep(0.3)  # the whole turn is over well before this
+        yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())
+        half_closed_at.append(loop.time())
+
+    loop = asyncio.get_running_loop()
+    async with internal_channel(services.brain_addr) as channel:
+        call = brain_pb2_grpc.BrainStub(channel).Converse(slow_client(), timeout=10)
+        kinds = [event.WhichOneof("event") async for event in call]
+        ended_at = loop.time()
+        assert await call.code() == grpc.StatusCode.OK
+    assert kinds[-1] == "final"
+    assert half_closed_at and ended_at >= half_closed_at[0]
+
+
+async def test_clients_whose_last_write_trails_the_turn_all_see_ok(services, scripted_llm):
+    """The race itself: 200 committed starts whose commit follows 0-8 ms later, ten at a time.
+    Before the brain waited for the half-close, 2 in 300 such calls ended INTERNAL."""
+    scripted_llm.script = lambda _b: "We open at noon."
+    rng = random.Random(7)
+
+    async def one(channel) -> str:
+        session = uuid.uuid4().hex
+
+        async def requests():
+            yield brain_pb2.ConverseRequest(start=start(session, "When do you open?").start, committed=True)
+            await asyncio.sleep(rng.uniform(0, 0.008))
+            yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())
+
+        try:
+            async for _ in brain_pb2_grpc.BrainStub(channel).Converse(requests(), timeout=20):
+                pass
+        except grpc.aio.AioRpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+        return "OK"
+
+    outcomes: dict[str, int] = {}
+    async with internal_channel(services.brain_addr) as channel:
+        for _ in range(20):
+            for outcome in await asyncio.gather(*(one(channel) for _ in range(10))):
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert outcomes == {"OK": 200}
