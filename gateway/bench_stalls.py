@@ -7,7 +7,7 @@ free for it: behind whatever else runs on these cores, and behind the host when 
 this virtual machine. A bystander process that only sleeps ``PERIOD_S`` at a time and notes how
 late each wake-up came shares those waits, so its figures over a window say how busy or slow
 the machine was then: a turn p99 that rises with them is the hour's, one that rises without
-them is the code's. It costs ~1 % of a core (500 wake-ups a second).
+them is the code's. It costs 1 % of a core (500 wake-ups a second; 0.10 s of CPU in 10 s).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import time
 
 PERIOD_S = 0.002
-REPORT_MS = 1.0  # wake-ups later than this are reported (most come 0.05-0.2 ms late)
+REPORT_MS = 1.0  # wake-ups later than this are reported (none in 3 s on the idle machine)
 
 
 def _probe() -> None:
