@@ -197,21 +197,31 @@ class TurnRunner:
                 await self.output.event("reply.delta", turn_id=turn_id, text=text)
 
         try:
-            async for event in call:
-                kind = event.WhichOneof("event")
-                if kind == "delta":
-                    if timings.first_delta is None:
-                        timings.first_delta = time.perf_counter()
-                    await send(phrases.push(event.delta.text))
-                    continue
-                await send(phrases.flush())  # anything else: what is held goes first
-                if kind == "blocked":
-                    if timings.first_delta is None:
-                        timings.first_delta = time.perf_counter()
-                    await send(event.blocked.text)
-                elif kind == "final":
-                    final_text = event.final.text
-                # tool activity and handoff are not spoken
+            try:
+                async for event in call:
+                    kind = event.WhichOneof("event")
+                    if kind == "delta":
+                        if timings.first_delta is None:
+                            timings.first_delta = time.perf_counter()
+                        await send(phrases.push(event.delta.text))
+                        continue
+                    await send(phrases.flush())  # anything else: what is held goes first
+                    if kind == "blocked":
+                        if timings.first_delta is None:
+                            timings.first_delta = time.perf_counter()
+                        await send(event.blocked.text)
+                    elif kind == "final":
+                        final_text = event.final.text
+                    # tool activity and handoff are not spoken
+            except grpc.aio.AioRpcError as exc:
+                if final_text is None:
+                    raise
+                # The brain sends its final after the turn is stored: the reply is whole. A brain
+                # that ends the call under this side's last write (as the brain did before it
+                # waited for the half-close, still possible mid-upgrade) makes grpc.aio report
+                # INTERNAL here in place of OK (grpc/grpc#36066).
+                log.warning("brain call ended with an error after the turn's final",
+                            extra={"turn_id": turn_id, "code": exc.code().name, "detail": exc.details()})
             timings.brain_done = time.perf_counter()
             await send(phrases.flush())
         finally:

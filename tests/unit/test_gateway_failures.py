@@ -9,7 +9,7 @@ import grpc
 
 from gateway.stt_link import Backoff
 from tests.unit.test_bargein_logic import FRAME, FakeBrain, FakeCall, FakeTts, make_call, until
-from voicebot.v1 import tts_pb2
+from voicebot.v1 import brain_pb2, tts_pb2
 
 RATE = 16000
 
@@ -138,6 +138,49 @@ async def test_the_brain_down_is_heard_and_the_next_turn_works():
     call._start_turn("Hello again", _timings())
     await until(lambda: "turn.metrics" in ws.kinds())
     assert "error" not in ws.kinds() and "reply.done" in ws.kinds()
+    await call.close()
+
+
+class ResetAfterFinal(FakeBrain):
+    """The whole reply and its final, then the call's end reported as INTERNAL: what grpc.aio
+    says when the server ends the call under the client's last write (grpc/grpc#36066)."""
+
+    def Respond(self, request, timeout=None, metadata=None):
+        whole = super().Respond(request, timeout, metadata)
+
+        async def events():
+            async for event in whole:
+                yield event
+            raise rpc_error(grpc.StatusCode.INTERNAL, "Internal error from Core")
+
+        return FakeCall(events())
+
+
+async def test_an_error_after_the_brains_final_is_not_the_turns():
+    call, ws = make_call(ResetAfterFinal(), FakeTts())
+    call._start_turn("Hello?", _timings())
+    await until(lambda: "turn.metrics" in ws.kinds())
+
+    assert "error" not in ws.kinds()
+    [done] = [e for e in ws.sent if isinstance(e, dict) and e["type"] == "reply.done"]
+    assert done["text"] == "Sure, see you then."
+    assert call._history_settled()  # the turn is stored: the next may read ahead
+    await call.close()
+
+
+async def test_an_error_before_the_brains_final_is_still_heard():
+    class ResetBeforeFinal(FakeBrain):
+        def Respond(self, request, timeout=None, metadata=None):
+            async def events():
+                yield brain_pb2.RespondEvent(delta=brain_pb2.TextDelta(text="Sure, "))
+                raise rpc_error(grpc.StatusCode.INTERNAL, "Internal error from Core")
+
+            return FakeCall(events())
+
+    call, ws = make_call(ResetBeforeFinal(), FakeTts())
+    call._start_turn("Hello?", _timings())
+    await until(lambda: "error" in ws.kinds())
+    assert errors(ws) == ["upstream_unavailable"]
     await call.close()
 
 
