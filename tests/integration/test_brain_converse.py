@@ -230,6 +230,7 @@ async def test_the_call_ends_only_once_the_client_has_half_closed(services, scri
     in place of the call's OK (grpc/grpc#36066)."""
     scripted_llm.script = lambda _b: "We open at noon."
     session = uuid.uuid4().hex
+    loop = asyncio.get_running_loop()
     half_closed_at = []
 
     async def slow_client():
@@ -238,7 +239,6 @@ async def test_the_call_ends_only_once_the_client_has_half_closed(services, scri
         yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())
         half_closed_at.append(loop.time())
 
-    loop = asyncio.get_running_loop()
     async with internal_channel(services.brain_addr) as channel:
         call = brain_pb2_grpc.BrainStub(channel).Converse(slow_client(), timeout=10)
         kinds = [event.WhichOneof("event") async for event in call]
