@@ -32,6 +32,17 @@ async def say(call, utterance: int, text: str) -> None:
     await call._on_stt_event(transcript(utterance, text, onset, end, final=True))
 
 
+async def speak_up(call) -> None:
+    """The first utterance's onset: the calls open (and the session is read ahead) now."""
+    await call._on_stt_event(speech_started(0, onset_ms=1000))
+
+
+async def stop_speaking(call, text: str) -> None:
+    """The first utterance's endpoint and its transcript: the turn starts."""
+    await call._on_stt_event(end_of_utterance(0, 1800))
+    await call._on_stt_event(transcript(0, text, 1000, 1800, final=True))
+
+
 def replies(ws) -> list[str]:
     return [e["text"] for e in ws.sent if isinstance(e, dict) and e["type"] == "reply.done"]
 
@@ -39,11 +50,10 @@ def replies(ws) -> list[str]:
 async def test_the_calls_open_at_the_onset_and_the_turn_at_the_endpoint_uses_them():
     brain, tts = FakeBrain(), FakeTts()
     call, ws = make_call(brain, tts)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await speak_up(call)
     assert len(brain.opened) == 1 and len(tts.opened) == 1  # open while the caller still speaks
     assert brain.requests == []  # ... and nothing asked yet
-    await call._on_stt_event(end_of_utterance(0, 1800))
-    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    await stop_speaking(call, "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())
     assert [r.text for r in brain.requests] == ["When do you open?"]
     assert len(brain.opened) == 1 and len(tts.opened) == 1  # no call opened at the endpoint
@@ -157,11 +167,10 @@ async def test_a_turn_cancelled_before_its_task_ran_leaves_no_call_open():
 async def test_the_call_opened_at_the_onset_has_the_brain_read_the_session_while_the_caller_speaks():
     brain, tts = FakeBrain(), FakeTts()
     call, ws = make_call(brain, tts)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await speak_up(call)
     await until(lambda: brain.prepared)
     assert [(p.session_id, p.user_id) for p in brain.prepared] == [("s_test", "alice")]  # the auth's user
-    await call._on_stt_event(end_of_utterance(0, 1800))
-    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    await stop_speaking(call, "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())
     await say(call, 1, "And on Sundays?")  # the last turn's brain call ended whole: read ahead again
     await until(lambda: len(replies(ws)) == 2)
@@ -188,12 +197,11 @@ async def test_no_read_ahead_while_the_last_turn_may_still_write_the_session():
 async def test_a_typed_turn_while_the_caller_speaks_drops_the_read_ahead():
     brain, tts = FakeBrain(), FakeTts()
     call, ws = make_call(brain, tts)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await speak_up(call)
     await until(lambda: brain.prepared)
     call._start_turn("Actually, make it three.", TurnTimings())  # a text message meanwhile
     assert brain.opened[0].cancelled  # its read may be older than the typed turn's write
-    await call._on_stt_event(end_of_utterance(0, 1800))
-    await call._on_stt_event(transcript(0, "At seven.", 1000, 1800, final=True))
+    await stop_speaking(call, "At seven.")
     await until(lambda: len(brain.requests) == 2 and "turn.metrics" in ws.kinds())
     assert [r.text for r in brain.requests] == ["Actually, make it three.", "At seven."]
     assert len(brain.prepared) == 1 and len(brain.opened) == 1  # the turn at the endpoint: a fresh call
