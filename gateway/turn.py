@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -197,31 +197,21 @@ class TurnRunner:
                 await self.output.event("reply.delta", turn_id=turn_id, text=text)
 
         try:
-            try:
-                async for event in call:
-                    kind = event.WhichOneof("event")
-                    if kind == "delta":
-                        if timings.first_delta is None:
-                            timings.first_delta = time.perf_counter()
-                        await send(phrases.push(event.delta.text))
-                        continue
-                    await send(phrases.flush())  # anything else: what is held goes first
-                    if kind == "blocked":
-                        if timings.first_delta is None:
-                            timings.first_delta = time.perf_counter()
-                        await send(event.blocked.text)
-                    elif kind == "final":
-                        final_text = event.final.text
-                    # tool activity and handoff are not spoken
-            except grpc.aio.AioRpcError as exc:
-                if final_text is None:
-                    raise
-                # The brain sends its final after the turn is stored: the reply is whole. A brain
-                # that ends the call under this side's last write (as the brain did before it
-                # waited for the half-close, still possible mid-upgrade) makes grpc.aio report
-                # INTERNAL here in place of OK (grpc/grpc#36066).
-                log.warning("brain call ended with an error after the turn's final",
-                            extra={"turn_id": turn_id, "code": exc.code().name, "detail": exc.details()})
+            async for event in _whole_reply(call, turn_id):
+                kind = event.WhichOneof("event")
+                if kind == "delta":
+                    if timings.first_delta is None:
+                        timings.first_delta = time.perf_counter()
+                    await send(phrases.push(event.delta.text))
+                    continue
+                await send(phrases.flush())  # anything else: what is held goes first
+                if kind == "blocked":
+                    if timings.first_delta is None:
+                        timings.first_delta = time.perf_counter()
+                    await send(event.blocked.text)
+                elif kind == "final":
+                    final_text = event.final.text
+                # tool activity and handoff are not spoken
             timings.brain_done = time.perf_counter()
             await send(phrases.flush())
         finally:
@@ -267,6 +257,23 @@ class TurnRunner:
         await playout.run(send)
         if started and not playout.stopped:
             await self.output.audio_event("audio.end")
+
+
+async def _whole_reply(call, turn_id: str) -> AsyncIterator[brain_pb2.RespondEvent]:
+    """The brain call's events. An error after the turn's final is logged, not raised: the brain
+    sends its final after the turn is stored, so the reply is whole. A brain that ends the call
+    under this side's last write (as the brain did before it waited for the half-close, still
+    possible mid-upgrade) makes grpc.aio report INTERNAL there in place of OK (grpc/grpc#36066)."""
+    final_seen = False
+    try:
+        async for event in call:
+            final_seen = final_seen or event.WhichOneof("event") == "final"
+            yield event
+    except grpc.aio.AioRpcError as exc:
+        if not final_seen:
+            raise
+        log.warning("brain call ended with an error after the turn's final",
+                    extra={"turn_id": turn_id, "code": exc.code().name, "detail": exc.details()})
 
 
 async def run_together(*coroutines: Awaitable[Any]) -> None:
