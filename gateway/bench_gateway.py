@@ -44,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 from websockets.frames import Frame, Opcode
 
-from gateway import bench_hops
+from gateway import bench_hops, bench_targets
 from gateway.bench_stalls import StallMeter
 from voicebot.common import cpu_latency, gc_tuning
 from voicebot.common.stats import p50_ratio_interval, percentile
@@ -343,6 +343,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         **kept,
         "sessions": count, "admitted": len(sessions),
         "refused": len([r for r in refused if isinstance(r, tuple)]),
+        "refusals": refusal_codes(refused),
         "connect_failures": len([r for r in refused if isinstance(r, BaseException)]),
         "turns": len(turns), "turn_p50_ms": percentile(turns, 0.5),
         "turn_p95_ms": percentile(turns, 0.95), "turn_p99_ms": percentile(turns, 0.99),
@@ -364,6 +365,15 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
         "reply_deltas_per_turn": sum(s.deltas for s in sessions) / max(1, len(turns)),
         **{f"gateway_stages_p{q}_ms": stage_percentiles(sessions, q / 100) for q in (50, 99)},
     }
+
+
+def refusal_codes(refused: list) -> dict[str, int]:
+    """How the gateway said no: each error code (or close code) and how many callers got it."""
+    codes: dict[str, int] = {}
+    for item in refused:
+        if isinstance(item, tuple):
+            codes[str(item[1])] = codes.get(str(item[1]), 0) + 1
+    return codes
 
 
 def stage_percentiles(sessions: list[Session], q: float) -> dict[str, float | None]:
@@ -626,6 +636,8 @@ def table(results: dict) -> str:
                 f"{fmt(load.get('gateway_rss_mib'), '.0f'):>6}  "
                 f"{other.get('brain', 0):>5.2f}  {fakes:>5.2f}  {other.get('client', 0):>6.2f}  {gc_ms:>14}  "
                 f"{late:>13}")
+        if "targets" in r:
+            rows += ["  targets:", bench_targets.summary(r["targets"])]
         rows.append("")
     rows.append("cores: CPU seconds per second of each process over the measured window; us/frame: the "
                 "gateway's CPU per 20 ms audio frame received; gw MiB: its resident memory at the end; "
@@ -674,6 +686,8 @@ async def main_async(args) -> dict:
         for name, gateway in gateways.items():
             stop_proc(stack, gateway)
             results["variants"][name] = {"latency": latency[name], "load": loads[name], "env": VARIANTS[name]}
+            results["variants"][name]["targets"] = bench_targets.checks(results["variants"][name],
+                                                                        args.max_sessions)
             if name != args.variants[0]:
                 results["variants"][name]["latency_p50_vs_first"] = p50_ratio_interval(
                     latency[name]["turn_samples_ms"], base)
@@ -708,6 +722,8 @@ def main() -> None:
     parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--pin", action="store_true",
                         help="the gateway alone on one core, the brain, fakes, redis and client on the rest")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when the first variant misses a target (gateway/bench_targets.py)")
     parser.add_argument("--idle-poll", action="store_true",
                         help="hold /dev/cpu_dma_latency at 0 for the run (root): idle CPUs poll instead of "
                              "halting, as on a latency-tuned host (voicebot/common/cpu_latency.py)")
@@ -730,7 +746,14 @@ def main() -> None:
         except ImportError:
             results = asyncio.run(main_async(args))
     print(table(results))
+    verdicts = {name: r["targets"] for name, r in results["variants"].items()}
+    for name, r in results["variants"].items():
+        r["targets"] = bench_targets.as_json(verdicts[name])
     print(json.dumps({"bench_gateway": results}))
+    judged = args.variants[0]
+    if args.check and bench_targets.missed(verdicts[judged]):
+        names = "; ".join(check.target for check in bench_targets.missed(verdicts[judged]))
+        sys.exit(f"bench-gateway --check: {judged} missed: {names}")
 
 
 if __name__ == "__main__":
