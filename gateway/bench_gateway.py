@@ -213,11 +213,14 @@ async def open_session(url: str, phase: int, first_turn_at: float,
     """A started session, or ("refused", close code) when the gateway said no."""
     ws = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
                                   max_size=2**22, ping_interval=None, create_connection=StampedConnection)
-    try:
+    # A gateway at capacity sends its error and closes before reading the start: the send may
+    # then fail, and the error is still there to read.
+    with contextlib.suppress(websockets.ConnectionClosed):
         await ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
                                   "audio": {"encoding": "pcm16", "sample_rate": RATE}}))
+    try:
         first = json.loads(await asyncio.wait_for(ws.recv(), 15))
-    except websockets.ConnectionClosed as closed:  # refused before it could even start
+    except websockets.ConnectionClosed as closed:  # closed with no word
         return ("refused", closed.rcvd.code if closed.rcvd else 1006)
     if first.get("type") != "session.started":
         with contextlib.suppress(Exception):

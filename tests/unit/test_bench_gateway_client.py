@@ -141,3 +141,37 @@ def test_a_reply_is_timed_from_its_bytes_arriving_not_from_when_the_caller_reads
     turns, to_arrival_ms, to_busy_ms = asyncio.run(scenario())
     assert turns == [to_arrival_ms]
     assert to_arrival_ms <= to_busy_ms  # the 200 ms the loop was busy are not in the turn
+
+
+def test_a_caller_refused_at_capacity_records_the_error_it_was_told_not_just_the_close(monkeypatch):
+    """A gateway at capacity accepts, sends ``overloaded`` and closes 1013 without reading the
+    caller's start. Here the close has always arrived before the caller sends its start (as it
+    had for 199 of 200 refused callers in a loaded run): the send fails, and the error is read."""
+    from gateway import bench_gateway
+    from gateway.bench_gateway import open_session
+
+    connect = websockets.connect
+
+    async def connect_then_closed(url, **kwargs):
+        ws = await connect(url, **kwargs)
+        await asyncio.wait_for(ws.wait_closed(), 5)
+        return ws
+
+    monkeypatch.setattr(bench_gateway.websockets, "connect", connect_then_closed)
+
+    async def scenario() -> tuple:
+        async def at_capacity(ws) -> None:
+            await ws.send('{"type": "error", "code": "overloaded", "message": "at capacity"}')
+            await ws.close(code=1013, reason="at capacity")
+
+        async def silent(ws) -> None:
+            await ws.close(code=1013, reason="at capacity")
+
+        async with serve(at_capacity, "127.0.0.1", 0) as full, serve(silent, "127.0.0.1", 0) as bare:
+            urls = [f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}" for server in (full, bare)]
+            await asyncio.sleep(0)
+            told = await open_session(urls[0], 0, 0.0, (2.0, 4.0))
+            closed = await open_session(urls[1], 0, 0.0, (2.0, 4.0))
+        return told, closed
+
+    assert asyncio.run(scenario()) == (("refused", "overloaded"), ("refused", 1013))
