@@ -210,7 +210,8 @@ class Session:
 
 async def open_session(url: str, phase: int, first_turn_at: float,
                        period: tuple[float, float]) -> Session | tuple[str, int]:
-    """A started session, or ("refused", close code) when the gateway said no."""
+    """A started session, or ("refused", the error's code, else the close code) when the
+    gateway said no."""
     ws = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
                                   max_size=2**22, ping_interval=None, create_connection=StampedConnection)
     # A gateway at capacity sends its error and closes before reading the start: the send may

@@ -43,6 +43,9 @@ def checks(variant: dict, max_sessions: int) -> list[Check]:
     ]
     levels = {load["sessions"]: load for load in variant["load"]}
     found.append(_sessions(levels.get(SESSIONS)))
+    if max_sessions <= 0:  # GATEWAY_MAX_SESSIONS=0: no cap, so nothing is beyond it
+        found.append(Check("beyond the cap: a clear refusal", "no cap set", None))
+        return found
     beyond = [load for load in variant["load"] if load["sessions"] > max_sessions]
     found += [_beyond_capacity(load, max_sessions) for load in beyond]
     if not beyond:

@@ -87,6 +87,12 @@ def test_the_cap_the_bench_ran_with_is_what_beyond_capacity_means():
     assert found[-1].met is True and "the 50 beyond the cap" in found[-1].target
 
 
+def test_without_a_cap_no_level_is_beyond_it():
+    found = checks(variant(loads=[level(200), level(400)]), max_sessions=0)
+    assert [check.met for check in found] == [True, True, True, None]
+    assert found[-1].measured == "no cap set"
+
+
 def test_refusals_are_counted_by_the_code_the_caller_got():
     refused = [("refused", "overloaded"), ("refused", 1013), ("refused", "overloaded"), OSError("reset")]
     assert refusal_codes(refused) == {"overloaded": 2, "1013": 1}
