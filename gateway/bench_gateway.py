@@ -34,6 +34,7 @@ import secrets
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import httpx
@@ -373,11 +374,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
 
 def refusal_codes(refused: list) -> dict[str, int]:
     """How the gateway said no: each error code (or close code) and how many callers got it."""
-    codes: dict[str, int] = {}
-    for item in refused:
-        if isinstance(item, tuple):
-            codes[str(item[1])] = codes.get(str(item[1]), 0) + 1
-    return codes
+    return dict(Counter(str(item[1]) for item in refused if isinstance(item, tuple)))
 
 
 def stage_percentiles(sessions: list[Session], q: float) -> dict[str, float | None]:
@@ -755,9 +752,9 @@ def main() -> None:
         r["targets"] = bench_targets.as_json(verdicts[name])
     print(json.dumps({"bench_gateway": results}))
     judged = args.variants[0]
-    if args.check and bench_targets.missed(verdicts[judged]):
-        names = "; ".join(check.target for check in bench_targets.missed(verdicts[judged]))
-        sys.exit(f"bench-gateway --check: {judged} missed: {names}")
+    misses = bench_targets.missed(verdicts[judged])
+    if args.check and misses:
+        sys.exit(f"bench-gateway --check: {judged} missed: {'; '.join(check.target for check in misses)}")
 
 
 if __name__ == "__main__":

@@ -81,12 +81,11 @@ def _faults(load: dict) -> int:
 
 
 def _held(load: dict) -> tuple[str, bool]:
-    p99 = load["turn_p99_ms"]
-    held = (p99 is not None and p99 < SESSIONS_P99_MS and _faults(load) == 0
+    p99, faults = load["turn_p99_ms"], _faults(load)
+    held = (p99 is not None and p99 < SESSIONS_P99_MS and faults == 0
             and load["gateway_cores"] <= GATEWAY_CORES)
     shown = "no turns" if p99 is None else f"p99 {p99:.1f} ms"
-    return (f"{shown}, {_faults(load)} errors or missed turns, "
-            f"{load['gateway_cores']:.2f} gateway cores"), held
+    return f"{shown}, {faults} errors or missed turns, {load['gateway_cores']:.2f} gateway cores", held
 
 
 def _sessions(load: dict | None) -> Check:
