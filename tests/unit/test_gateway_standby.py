@@ -61,6 +61,57 @@ async def test_the_calls_open_at_the_onset_and_the_turn_at_the_endpoint_uses_the
     await call.close()
 
 
+class EagerBrain(FakeBrain):
+    """Takes each message of a Converse call as soon as the gateway gives it, as grpc.aio does
+    (a task of the call's own reads the request iterator and writes each message), and records
+    it in ``log``, which the test shares with the client's events."""
+
+    def __init__(self, log: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.log = log
+        self.writers: list[asyncio.Future] = []
+
+    def Converse(self, requests, timeout=None, metadata=None):
+        taken: asyncio.Queue = asyncio.Queue()
+
+        async def write_each() -> None:
+            async for message in requests:
+                self.log.append(("brain", message.WhichOneof("request")))
+                taken.put_nowait(message)
+            taken.put_nowait(None)
+
+        self.writers.append(asyncio.ensure_future(write_each()))  # kept: a task is weakly held
+
+        async def messages():
+            while (message := await taken.get()) is not None:
+                yield message
+
+        return super().Converse(messages())
+
+
+async def test_the_turns_request_goes_to_the_brain_before_the_client_hears_transcript_final():
+    """At the endpoint the brain's request is on the turn's path and the client's transcript.final
+    is not: the gateway lets gRPC take the request before it writes the event (written first, it
+    cost the turn a WebSocket write, and the client it woke ran ahead of the gateway)."""
+    log: list[tuple[str, str]] = []
+    brain = EagerBrain(log)
+    call, ws = make_call(brain, FakeTts())
+    send_event = call.send_event
+
+    async def logged(kind: str, **fields) -> None:
+        log.append(("client", kind))
+        await send_event(kind, **fields)
+
+    call.send_event = logged
+    await speak_up(call)
+    await stop_speaking(call, "When do you open?")
+    await until(lambda: "turn.metrics" in ws.kinds())
+    assert log.index(("brain", "start")) < log.index(("client", "transcript.final"))
+    assert [r.text for r in brain.requests] == ["When do you open?"]
+    assert replies(ws) == ["Sure, see you then."]
+    await call.close()
+
+
 async def test_each_utterance_gets_its_own_calls_and_one_without_words_cancels_them():
     brain, tts = FakeBrain(), FakeTts()
     call, ws = make_call(brain, tts)
