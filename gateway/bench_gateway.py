@@ -511,17 +511,18 @@ def in_turns(names: list[str], rounds: int) -> list[list[str]]:
 
 
 async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int], others: dict[str, int],
-                              seconds: float, rounds: int, brain_metrics: str,
-                              stalls: StallMeter | None = None) -> dict[str, dict]:
+                              seconds: float, rounds: int, brain_metrics: str) -> dict[str, dict]:
     """One caller's turns on each variant's gateway, the variants taking turns in ``rounds``
     rounds (the order rotated each round), so that a machine whose speed drifts within the hour
-    (as these shared ones do) slows every variant alike; each variant's rounds pooled."""
+    (as these shared ones do) slows every variant alike; each variant's rounds pooled. Without
+    the late wake-ups' bystander: it is for the load windows' tails, and its 500 wake-ups a
+    second would be in one caller's turns too, between the stack's own steps."""
     parts: dict[str, list[dict]] = {name: [] for name in urls}
     for order in in_turns(list(urls), rounds):
         for name in order:
             parts[name].append(await run_sessions(urls[name], 1, seconds / rounds, (1.5, 2.0),
                                                   gateway_pids[name], others, warmup_s=1.0, samples=True,
-                                                  brain_metrics=brain_metrics, stalls=stalls))
+                                                  brain_metrics=brain_metrics))
     return {name: pooled(runs) for name, runs in parts.items()}
 
 
@@ -679,9 +680,9 @@ async def main_async(args) -> dict:
             for pid in gateway_pids.values():
                 pin_cores(pid, [os.getpid(), *others], cores)
         urls = {name: f"ws://127.0.0.1:{gateway.ready['http']}/v1/call" for name, gateway in gateways.items()}
-        await stalls.start()
         latency = await interleaved_latency(urls, gateway_pids, pids, args.latency_seconds, args.rounds,
-                                            brain_metrics, stalls)
+                                            brain_metrics)
+        await stalls.start()  # for the loads only (interleaved_latency)
         base = latency[args.variants[0]]["turn_samples_ms"]
         loads = await interleaved_loads(urls, gateway_pids, pids, args, brain_metrics, stalls)
         for name, gateway in gateways.items():
