@@ -682,7 +682,7 @@ async def main_async(args) -> dict:
         urls = {name: f"ws://127.0.0.1:{gateway.ready['http']}/v1/call" for name, gateway in gateways.items()}
         latency = await interleaved_latency(urls, gateway_pids, pids, args.latency_seconds, args.rounds,
                                             brain_metrics)
-        await stalls.start()  # for the loads only (interleaved_latency)
+        await stalls.start()  # the bystander: for the load windows only (interleaved_latency)
         base = latency[args.variants[0]]["turn_samples_ms"]
         loads = await interleaved_loads(urls, gateway_pids, pids, args, brain_metrics, stalls)
         for name, gateway in gateways.items():

@@ -676,9 +676,9 @@ class Call:
         try:
             if transcribed:
                 # grpc.aio writes the brain's request from a task of its own (the call's request
-                # iterator, or its unary request) once the loop turns: let it go first. Sent
-                # before it, the client's event took the turn's path a WebSocket write and, on
-                # the bench's two cores, the client it woke ran ahead of the gateway (~0.2 ms).
+                # iterator, or its unary request) once the loop turns: let it go first. The event
+                # went first before: a WebSocket write on the turn's path, and on the bench's two
+                # cores the client it woke ran ahead of the gateway (the request ~0.5 ms later).
                 await asyncio.sleep(0)
                 await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
         except BaseException:
