@@ -527,8 +527,9 @@ async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int]
 
 
 def pooled(runs: list[dict]) -> dict:
-    """Several short runs of one session as one: percentiles over all their turns, counts summed,
-    rates averaged."""
+    """Several short runs of one session as one: percentiles over all their turns, counts summed
+    (sessions admitted and refused too: ``rounds`` times the level's callers in all), rates
+    averaged."""
     out = dict(runs[-1])
     for key in ("turn", "brain", "without_brain"):
         out[f"{key}_samples_ms"] = [v for r in runs for v in r[f"{key}_samples_ms"]]
@@ -540,6 +541,9 @@ def pooled(runs: list[dict]) -> dict:
         "brain_p50_ms": percentile(brain, 0.5), "brain_p99_ms": percentile(brain, 0.99),
         "without_brain_p50_ms": percentile(without, 0.5), "without_brain_p99_ms": percentile(without, 0.99),
         "missed_turns": sum(r["missed_turns"] for r in runs),
+        **{key: sum(r.get(key, 0) for r in runs)
+           for key in ("admitted", "refused", "connect_failures", "closed")},
+        "refusals": dict(sum((Counter(r.get("refusals", {})) for r in runs), Counter())),
         "errors": {code: sum(r["errors"].get(code, 0) for r in runs)
                    for code in {c for r in runs for c in r["errors"]}},
     })

@@ -94,17 +94,18 @@ def _sessions(load: dict | None) -> Check:
     if load is None:
         return Check(target, "not run", None)
     measured, held = _held(load)
-    admitted = load["admitted"] == SESSIONS
+    callers = SESSIONS * load.get("rounds", 1)  # pooled rounds count every round's sessions
+    admitted = load["admitted"] == callers
     if not admitted:
-        measured = f"{load['admitted']} of {SESSIONS} admitted; {measured}"
+        measured = f"{load['admitted']} of {callers} admitted; {measured}"
     return Check(target, measured, held and admitted)
 
 
 def _beyond_capacity(load: dict, max_sessions: int) -> Check:
-    callers = load["sessions"]
+    callers, rounds = load["sessions"], load.get("rounds", 1)  # pooled rounds: counts summed
     refusals = load.get("refusals", {})
-    clear = (load["admitted"] <= max_sessions and load["admitted"] + load["refused"] == callers
-             and set(refusals) <= REFUSAL_CODES)
+    clear = (load["admitted"] <= max_sessions * rounds
+             and load["admitted"] + load["refused"] == callers * rounds and set(refusals) <= REFUSAL_CODES)
     measured, held = _held(load)
     codes = ", ".join(f"{code} {n}" for code, n in sorted(refusals.items())) or "none"
     return Check(f"{callers} callers: the {callers - max_sessions} beyond the cap refused "

@@ -76,3 +76,28 @@ def test_a_process_collections_are_read_from_its_metrics_all_generations_summed(
     pauses.labels("2").observe(0.015)
     found = gc_pauses(generate_latest(registry).decode())
     assert found["collections"] == 3 and abs(found["seconds"] - 0.020) < 1e-9
+
+
+def test_a_levels_rounds_keep_every_rounds_faults_and_refusals_and_are_judged_per_round():
+    """``--load-rounds 2`` at 400 callers with a cap of 200: a failed connection and a session the
+    gateway closed in the first round, and a refusal by another code in it, are not lost behind a
+    clean last round, and the verdict weighs both rounds' sessions."""
+    from gateway.bench_targets import checks
+
+    def run(refusals, connect_failures=0, closed=0):
+        return {"turn_samples_ms": [5.0], "brain_samples_ms": [2.0], "without_brain_samples_ms": [3.0],
+                "missed_turns": 0, "errors": {}, "gateway_cores": 0.5, "gateway_us_per_frame": 50.0,
+                "stt_messages_per_frame": 0.1, "ws_messages_per_turn": 17.0, "reply_deltas_per_turn": 1.0,
+                "gc_pauses": {}, "sessions": 400, "admitted": 200, "refused": 200, "refusals": refusals,
+                "connect_failures": connect_failures, "closed": closed}
+
+    clean = run({"overloaded": 200})
+    merged = pooled([run({"overloaded": 199, "internal": 1}, connect_failures=1, closed=1), clean])
+    assert (merged["admitted"], merged["refused"]) == (400, 400)
+    assert merged["refusals"] == {"overloaded": 399, "internal": 1}
+    assert (merged["connect_failures"], merged["closed"]) == (1, 1)
+    latency = {"turn_p50_ms": 4.0, "turn_p95_ms": 5.0}
+    [*_, beyond] = checks({"latency": latency, "load": [merged]}, 200)
+    assert beyond.met is False  # the first round's faults and its refusal by another code
+    [*_, beyond] = checks({"latency": latency, "load": [pooled([clean, clean])]}, 200)
+    assert beyond.met is True  # two clean rounds: 400 admitted of 800 callers is each round's 200
