@@ -600,6 +600,12 @@ def table(results: dict) -> str:
             f"{hops['socket_round_trip_ms']:.2f} ms, gRPC message on an open stream "
             f"{hops['grpc_stream_message_ms']:.2f}, gRPC call {hops['grpc_call_ms']:.2f}; a turn's "
             f"transport floor {hops['turn_floor_ms']:.1f} ms (gateway/bench_hops.py)")
+        if "cold_work_factor" in hops:
+            rows.append(
+                f"after {bench_hops.IDLE_S:g} s idle, as one caller's brain, Redis and LLM are between "
+                f"turns: a socket round trip {hops['socket_round_trip_after_idle_ms']:.2f} ms, and the "
+                f"same Python {hops['cold_work_factor']:.1f}x as long as back to back "
+                f"({hops['work_after_idle_ms']:.2f} against {hops['work_ms']:.2f} ms)")
     first = next(iter(results["variants"]), None)
     for name, r in results["variants"].items():
         lat = r["latency"]

@@ -9,7 +9,10 @@ much of a turn is the machine's floor rather than the gateway's work, and make r
 different machines comparable. Both ends are processes of their own, started as the services
 are (``python -m gateway.bench_hops probe N`` against ``python -m gateway.bench_hops``); every
 probe waits ``GAP_S`` first, as a turn's hops come after the processes have idled between
-frames.
+frames. Then a socket round trip and some Python are timed after ``IDLE_S`` with both ends
+idle, as one caller's brain, Redis and LLM are between turns: a machine whose guests share
+their cores runs a process just woken from such a sleep several times slower, and one caller's
+turn follows that factor more than any code (README, "Gateway capacity").
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ from voicebot.common.grpc_env import grpc_environment
 from voicebot.common.stats import percentile
 
 GAP_S = 0.02  # a frame's time: between frames the processes sleep
+# Between one caller's turns the brain, Redis and the LLM sleep for a second or more (only the
+# gateway and STT hear the caller's frames). On a shared virtual machine a process that slept
+# that long runs its first work several times slower than back to back (its caches went to
+# other guests), so the probe also times a round trip and some Python after this much idle.
+IDLE_S = 0.5
+IDLE_COUNT = 8
 SERVICE = "bench.Echo"
+# Some Python of the kind a turn runs (a prompt's JSON, a few objects): ~0.2 ms back to back.
+_WORK = {"messages": [{"role": "user", "content": "a table for two please " * 8, "n": n}
+                      for n in range(120)]}
 
 
 def _same(data: bytes) -> bytes:
@@ -69,6 +81,35 @@ async def _timed(probe, count: int) -> list[float]:
         await probe()
         times.append((time.perf_counter() - started) * 1000)
     return times
+
+
+def _python_work() -> None:
+    json.loads(json.dumps(_WORK))
+
+
+async def _after_idle(socket_round_trip, count: int, idle_s: float = IDLE_S,
+                      idle_count: int = IDLE_COUNT) -> dict[str, float]:
+    """A socket round trip and ``_python_work``, each after ``idle_s`` with both processes idle,
+    and the work back to back: how much slower a process just woken from a long sleep runs here
+    (``cold_work_factor``). Turns take these in turn so that neither warms the other."""
+    warm = []
+    for _ in range(max(5, count // 5)):
+        started = time.perf_counter()
+        _python_work()
+        warm.append((time.perf_counter() - started) * 1000)
+    round_trips, work = [], []
+    for index in range(2 * idle_count):
+        await asyncio.sleep(idle_s)
+        started = time.perf_counter()
+        if index % 2:
+            _python_work()
+        else:
+            await socket_round_trip()
+        (work if index % 2 else round_trips).append((time.perf_counter() - started) * 1000)
+    warm_ms, cold_ms = percentile(warm, 0.5), percentile(work, 0.5)
+    return {"socket_round_trip_after_idle_ms": percentile(round_trips, 0.5),
+            "work_ms": warm_ms, "work_after_idle_ms": cold_ms,
+            "cold_work_factor": cold_ms / warm_ms if warm_ms > 0 else 0.0}
 
 
 async def measure(count: int = 100) -> dict[str, float]:
@@ -126,6 +167,8 @@ async def _probe(count: int) -> dict[str, float]:
         result = {name: percentile(await _timed(probe, count), 0.5) for name, probe in (
             ("socket_round_trip_ms", socket_round_trip), ("grpc_call_ms", call),
             ("grpc_stream_message_ms", stream_message))}
+        result.update(await _after_idle(socket_round_trip, count,
+                                        idle_count=min(IDLE_COUNT, max(2, count // 10))))
         stream.cancel()
         await channel.close()
         writer.close()
