@@ -90,23 +90,22 @@ def _python_work() -> None:
 async def _after_idle(socket_round_trip, count: int, idle_s: float = IDLE_S,
                       idle_count: int = IDLE_COUNT) -> dict[str, float]:
     """A socket round trip and ``_python_work``, each after ``idle_s`` with both processes idle,
-    and the work back to back: how much slower a process just woken from a long sleep runs here
-    (``cold_work_factor``). Turns take these in turn so that neither warms the other."""
-    warm = []
-    for _ in range(max(5, count // 5)):
-        started = time.perf_counter()
-        _python_work()
-        warm.append((time.perf_counter() - started) * 1000)
-    round_trips, work = [], []
+    and the work once more right after it: how much slower a process just woken from a long
+    sleep runs here (``cold_work_factor``), each pair timed at the same moment of the machine's
+    hour. Turns take these in turn so that neither warms the other."""
+    round_trips, cold, warm = [], [], []
     for index in range(2 * idle_count):
         await asyncio.sleep(idle_s)
-        started = time.perf_counter()
-        if index % 2:
-            _python_work()
-        else:
+        if index % 2 == 0:
+            started = time.perf_counter()
             await socket_round_trip()
-        (work if index % 2 else round_trips).append((time.perf_counter() - started) * 1000)
-    warm_ms, cold_ms = percentile(warm, 0.5), percentile(work, 0.5)
+            round_trips.append((time.perf_counter() - started) * 1000)
+            continue
+        for times in (cold, warm):
+            started = time.perf_counter()
+            _python_work()
+            times.append((time.perf_counter() - started) * 1000)
+    cold_ms, warm_ms = percentile(cold, 0.5), percentile(warm, 0.5)
     return {"socket_round_trip_after_idle_ms": percentile(round_trips, 0.5),
             "work_ms": warm_ms, "work_after_idle_ms": cold_ms,
             "cold_work_factor": cold_ms / warm_ms if warm_ms > 0 else 0.0}
