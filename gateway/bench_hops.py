@@ -32,8 +32,9 @@ from voicebot.common.stats import percentile
 GAP_S = 0.02  # a frame's time: between frames the processes sleep
 # Between one caller's turns the brain, Redis and the LLM sleep for a second or more (only the
 # gateway and STT hear the caller's frames). On a shared virtual machine a process that slept
-# that long runs its first work several times slower than back to back (its caches went to
-# other guests), so the probe also times a round trip and some Python after this much idle.
+# that long can run its first work several times slower than back to back (most likely its
+# caches went to other guests), so the probe also times a round trip and some Python after this
+# much idle.
 IDLE_S = 0.5
 IDLE_COUNT = 8
 SERVICE = "bench.Echo"
@@ -87,12 +88,12 @@ def _python_work() -> None:
     json.loads(json.dumps(_WORK))
 
 
-async def _after_idle(socket_round_trip, count: int, idle_s: float = IDLE_S,
+async def _after_idle(socket_round_trip, idle_s: float = IDLE_S,
                       idle_count: int = IDLE_COUNT) -> dict[str, float]:
     """A socket round trip and ``_python_work``, each after ``idle_s`` with both processes idle,
     and the work once more right after it: how much slower a process just woken from a long
     sleep runs here (``cold_work_factor``), each pair timed at the same moment of the machine's
-    hour. Turns take these in turn so that neither warms the other."""
+    hour. The round trips and the work alternate, so that neither warms the other."""
     round_trips, cold, warm = [], [], []
     for index in range(2 * idle_count):
         await asyncio.sleep(idle_s)
@@ -166,7 +167,7 @@ async def _probe(count: int) -> dict[str, float]:
         result = {name: percentile(await _timed(probe, count), 0.5) for name, probe in (
             ("socket_round_trip_ms", socket_round_trip), ("grpc_call_ms", call),
             ("grpc_stream_message_ms", stream_message))}
-        result.update(await _after_idle(socket_round_trip, count,
+        result.update(await _after_idle(socket_round_trip,
                                         idle_count=min(IDLE_COUNT, max(2, count // 10))))
         stream.cancel()
         await channel.close()

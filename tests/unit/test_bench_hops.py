@@ -22,8 +22,8 @@ async def test_every_kind_of_hop_is_timed_against_a_real_echo_process_and_summed
 
 async def test_a_round_trip_and_some_python_are_timed_after_a_long_idle_too():
     """One caller's brain, Redis and LLM sleep between turns: the probe times a round trip and a
-    fixed piece of Python after that long idle, and the work back to back, and says how many
-    times as long it took just woken."""
+    fixed piece of Python after that long idle, and the same work again right after it, and says
+    how many times as long it took just woken."""
     hops = await bench_hops.measure(count=3)
 
     assert 0 < hops["socket_round_trip_after_idle_ms"] < 1000, hops
