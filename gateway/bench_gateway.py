@@ -35,6 +35,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -338,10 +339,7 @@ async def run_sessions(url: str, count: int, seconds: float, period: tuple[float
     turns = [t for s in sessions for t in s.turns]
     brain_ms = [b for s in sessions for b in s.brain_ms]
     without_brain = [t for s in sessions for t in s.without_brain]
-    errors: dict[str, int] = {}
-    for s in sessions:
-        for code, n in s.errors.items():
-            errors[code] = errors.get(code, 0) + n
+    errors = counts_summed(s.errors for s in sessions)
     kept = {f"{name}_samples_ms": [round(v, 3) for v in values] for name, values in
             (("turn", turns), ("brain", brain_ms), ("without_brain", without_brain))} if samples else {}
     return {
@@ -526,6 +524,15 @@ async def interleaved_latency(urls: dict[str, str], gateway_pids: dict[str, int]
     return {name: pooled(runs) for name, runs in parts.items()}
 
 
+def counts_summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Counts by code (errors, refusals) of several sessions or runs, as one."""
+    total: dict[str, int] = {}
+    for each in counts:
+        for code, n in each.items():
+            total[code] = total.get(code, 0) + n
+    return total
+
+
 def pooled(runs: list[dict]) -> dict:
     """Several short runs of one session as one: percentiles over all their turns, counts summed
     (sessions admitted and refused too: ``rounds`` times the level's callers in all), rates
@@ -543,9 +550,8 @@ def pooled(runs: list[dict]) -> dict:
         "missed_turns": sum(r["missed_turns"] for r in runs),
         **{key: sum(r.get(key, 0) for r in runs)
            for key in ("admitted", "refused", "connect_failures", "closed")},
-        "refusals": dict(sum((Counter(r.get("refusals", {})) for r in runs), Counter())),
-        "errors": {code: sum(r["errors"].get(code, 0) for r in runs)
-                   for code in {c for r in runs for c in r["errors"]}},
+        "refusals": counts_summed(r.get("refusals", {}) for r in runs),
+        "errors": counts_summed(r["errors"] for r in runs),
     })
     for key in ("gateway_cores", "gateway_us_per_frame", "stt_messages_per_frame", "ws_messages_per_turn",
                 "reply_deltas_per_turn"):
