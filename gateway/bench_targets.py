@@ -11,11 +11,18 @@ The targets are the gateway's capacity issue's (README, "Gateway capacity"):
 
 A check whose load level was not run says so (``met`` None), and is neither met nor failed.
 ``make bench-gateway ARGS=--check`` exits 1 when the first variant misses one.
+
+One caller's p50 comes from some 33 turns, and is judged as measured; its 90 % bootstrap
+interval is printed beside it, and when the limit lies inside that interval the line says a
+rerun may judge otherwise (on the development machine the p50 sits at its 5 ms: of seven sweeps
+of one session, pooled p50 4.87 ms, two measured 5.12 and 5.18).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+from voicebot.common.stats import p50_interval
 
 ONE_CALLER_P50_MS = 5.0
 ONE_CALLER_P95_MS = 10.0
@@ -38,7 +45,8 @@ def checks(variant: dict, max_sessions: int) -> list[Check]:
     it), the gateway admitting at most ``max_sessions``."""
     latency = variant["latency"]
     found = [
-        _at_most("one caller p50", latency["turn_p50_ms"], ONE_CALLER_P50_MS),
+        _at_most("one caller p50", latency["turn_p50_ms"], ONE_CALLER_P50_MS,
+                 p50_interval(latency.get("turn_samples_ms", []))),
         _at_most("one caller p95", latency["turn_p95_ms"], ONE_CALLER_P95_MS),
     ]
     levels = {load["sessions"]: load for load in variant["load"]}
@@ -67,11 +75,17 @@ def summary(found: list[Check]) -> str:
     return "\n".join(f"    {check.target}: {check.measured} -> {marks[check.met]}" for check in found)
 
 
-def _at_most(target: str, value: float | None, limit: float) -> Check:
+def _at_most(target: str, value: float | None, limit: float,
+             interval: tuple[float, float] | None = None) -> Check:
     if value is None:
         return Check(f"{target} <= {limit:g} ms", "no turns", False)
     # Two decimals: at the limit, 5.0 shown for a missed 5.03 would read as met.
-    return Check(f"{target} <= {limit:g} ms", f"{value:.2f} ms", value <= limit)
+    measured = f"{value:.2f} ms"
+    if interval is not None:
+        low, high = interval
+        edge = ": the limit is inside it, a rerun may judge otherwise" if low <= limit < high else ""
+        measured += f" (90 % interval {low:.2f}-{high:.2f}{edge})"
+    return Check(f"{target} <= {limit:g} ms", measured, value <= limit)
 
 
 def _faults(load: dict) -> int:

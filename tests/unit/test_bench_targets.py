@@ -96,3 +96,17 @@ def test_without_a_cap_no_level_is_beyond_it():
 def test_refusals_are_counted_by_the_code_the_caller_got():
     refused = [("refused", "overloaded"), ("refused", 1013), ("refused", "overloaded"), OSError("reset")]
     assert refusal_codes(refused) == {"overloaded": 2, "1013": 1}
+
+
+def test_one_callers_p50_is_given_with_its_interval_and_a_warning_when_the_limit_is_inside_it():
+    clear = variant(p50=4.2)
+    clear["latency"]["turn_samples_ms"] = [4.0 + i * 0.01 for i in range(41)]  # 4.00-4.40 ms
+    check = checks(clear, 200)[0]
+    assert check.met is True
+    assert check.measured.startswith("4.20 ms (90 % interval 4.1") and "rerun" not in check.measured
+
+    edge = variant(p50=4.95)
+    edge["latency"]["turn_samples_ms"] = [4.5 + i * 0.025 for i in range(37)]  # 4.50-5.40 ms
+    check = checks(edge, 200)[0]
+    assert check.met is True  # judged as measured: the interval only says how sure that is
+    assert "the limit is inside it, a rerun may judge otherwise" in check.measured

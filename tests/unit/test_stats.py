@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from voicebot.common.stats import p50_ratio_interval, percentile
+from voicebot.common.stats import p50_interval, p50_ratio_interval, percentile
 
 
 def test_a_percentile_is_always_a_measured_value():
@@ -33,3 +33,15 @@ def test_the_interval_is_seeded_and_needs_both_samples():
     base, other = [5.0, 6.0, 7.0, 8.0], [6.0, 7.0, 8.0, 9.0]
     assert p50_ratio_interval(other, base) == p50_ratio_interval(other, base)
     assert p50_ratio_interval([], base) is None and p50_ratio_interval(other, []) is None
+
+
+def test_a_p50s_interval_holds_it_and_narrows_with_more_samples():
+    rng = random.Random(3)
+    few = [4.0 + rng.random() * 2 for _ in range(33)]
+    many = [4.0 + rng.random() * 2 for _ in range(330)]
+    low, high = p50_interval(few)
+    assert low <= percentile(few, 0.5) <= high
+    many_low, many_high = p50_interval(many)
+    assert many_high - many_low < (high - low) / 1.5
+    assert p50_interval(few) == p50_interval(few)  # seeded
+    assert p50_interval([]) is None
