@@ -14,8 +14,8 @@ A check whose load level was not run says so (``met`` None), and is neither met 
 
 One caller's p50 comes from some 33 turns, and is judged as measured; its 90 % bootstrap
 interval is printed beside it, and when the limit lies inside that interval the line says a
-rerun may judge otherwise (on the development machine the p50 sits at its 5 ms: of seven sweeps
-of one session, pooled p50 4.87 ms, two measured 5.12 and 5.18).
+rerun may judge otherwise (on the development machine the p50 sits at its 5 ms: of eight sweeps
+on 2026-12-05, pooled p50 4.83 ms, two measured 5.12 and 5.18).
 """
 
 from __future__ import annotations
