@@ -24,8 +24,7 @@ def p50_ratio_interval(values: Sequence[float], base: Sequence[float], draws: in
     rng = random.Random(seed)
     ratios = []
     for _ in range(draws):
-        on = percentile(rng.choices(values, k=len(values)), 0.5)
-        off = percentile(rng.choices(base, k=len(base)), 0.5)
+        on, off = _resampled_p50(values, rng), _resampled_p50(base, rng)
         ratios.append(on / off - 1)
     point = percentile(values, 0.5) / percentile(base, 0.5) - 1
     return round(point, 3), round(percentile(ratios, 0.05), 3), round(percentile(ratios, 0.95), 3)
@@ -38,5 +37,10 @@ def p50_interval(values: Sequence[float], draws: int = 2000, seed: int = 0) -> t
     if not values:
         return None
     rng = random.Random(seed)
-    p50s = [percentile(rng.choices(values, k=len(values)), 0.5) for _ in range(draws)]
+    p50s = [_resampled_p50(values, rng) for _ in range(draws)]
     return percentile(p50s, 0.05), percentile(p50s, 0.95)
+
+
+def _resampled_p50(values: Sequence[float], rng: random.Random) -> float:
+    """The p50 of one bootstrap draw: as many samples as ``values``, with replacement."""
+    return percentile(rng.choices(values, k=len(values)), 0.5)
