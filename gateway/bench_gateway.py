@@ -78,8 +78,11 @@ VARIANTS = {
                   "GATEWAY_STT_SPEECH_BATCH_MS": "0",
                   "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
                   "GATEWAY_OUTPUT_MESSAGE_MS": "20",
-                  "GATEWAY_REPLY_PHRASE_CHARS": "1"},
+                  "GATEWAY_REPLY_PHRASE_CHARS": "1", "GATEWAY_STT_FINAL_WITH_END": "false"},
     # One change back at a time.
+    # STT's final as a message of its own after the EndOfUtterance (the default until 2026-12-05,
+    # twenty-fourth session).
+    "final-apart": {"GATEWAY_STT_FINAL_WITH_END": "false"},
     "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
     "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
     "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0"},

@@ -385,7 +385,8 @@ class Call:
         assert self.session is not None
         config = stt_pb2.RecognitionConfig(session_id=self.session_id, language=self.session.language,
                                            sample_rate=self.session.sample_rate, interim_results=True,
-                                           speculative_results=self.settings.preemptive)
+                                           speculative_results=self.settings.preemptive,
+                                           final_with_end_of_utterance=self.settings.stt_final_with_end)
         self._stt = SttLink(self.upstreams.stt.StreamingRecognize, config,
                             on_event=self._on_stt_event, on_ended=self._on_stt_ended,
                             on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
@@ -459,26 +460,27 @@ class Call:
             speech_end = self._stt.arrival_of(ev.end_of_utterance.end_ms) if self._stt else now
             self._pending_timings = TurnTimings(speech_end=speech_end, end_of_utterance=now)
             await self.on_speech(False, ev.end_of_utterance.end_ms)
+            if ev.end_of_utterance.HasField("final"):  # asked for in _open_stt
+                await self._on_transcript(ev.utterance_index, ev.end_of_utterance.final, now)
         elif kind == "transcript":
-            await self._on_transcript(ev, now)
+            await self._on_transcript(ev.utterance_index, ev.transcript, now)
 
-    async def _on_transcript(self, ev: stt_pb2.RecognizeEvent, now: float) -> None:
-        text = ev.transcript.text.strip()
-        final = ev.transcript.is_final
+    async def _on_transcript(self, utterance: int, transcript: stt_pb2.Transcript, now: float) -> None:
+        text = transcript.text.strip()
+        final = transcript.is_final
         self._utterance_open = self._utterance_open and not final
-        decision = self._barge_in.transcript(ev.utterance_index, text, ev.transcript.start_ms,
-                                             ev.transcript.end_ms, final)
+        decision = self._barge_in.transcript(utterance, text, transcript.start_ms, transcript.end_ms, final)
         await self._apply(decision)
         if decision.action is Action.RESUME:
             self._take_standby(None)
-            span = self._utterance_span(ev.utterance_index)
+            span = self._utterance_span(utterance)
             if span is not None:
                 span.set_attribute("voicebot.turn.outcome", "false_start")
                 span.end()
             return  # a sound too short to count while the bot spoke: not a turn either
         if not final:
-            if ev.transcript.speculative:
-                self._start_early(ev.utterance_index, text)
+            if transcript.speculative:
+                self._start_early(utterance, text)
             else:
                 self._prefill_words(text)
             if text:
@@ -487,16 +489,16 @@ class Call:
         timings = self._pending_timings or TurnTimings(speech_end=now, end_of_utterance=now)
         self._pending_timings = None
         timings.final_transcript = now
-        span = self._utterance_span(ev.utterance_index)
+        span = self._utterance_span(utterance)
         early, self._early = self._early, None
         if early is not None and not (has_words(text) and not self._unanswered
-                                      and early.matches(ev.utterance_index, text)):
+                                      and early.matches(utterance, text)):
             log.info("preemptive reply discarded", extra={"early": early.request.text, "final": text,
-                                                         "utterance": ev.utterance_index,
+                                                         "utterance": utterance,
                                                          "early_utterance": early.utterance})
             early.discard()  # the endpoint heard other words
             early = None
-        standby = self._take_standby(ev.utterance_index)
+        standby = self._take_standby(utterance)
         if has_words(text):  # an empty (or punctuation-only) final never starts a turn
             unanswered, self._unanswered = self._unanswered, None
             self._start_turn(f"{unanswered} {text}" if unanswered else text, timings, transcribed=True,

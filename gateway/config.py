@@ -63,6 +63,10 @@ class GatewaySettings(BaseSettings):
     prefill_words: bool = False
     # Audio frames already waiting for the STT stream go out merged, up to this many bytes.
     stt_max_message_bytes: int = 64_000
+    # Ask STT to send a final it already has at the endpoint inside the EndOfUtterance (one
+    # message instead of two: a gRPC stream's second message waits for the first to complete).
+    # An STT that does not know the field sends the final apart, which works the same.
+    stt_final_with_end: bool = True
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per
     # message (only quiet audio waits: a louder frame ends the hold, stt_hold_until_rms below);
     # otherwise every frame goes at once. 0 = never hold.

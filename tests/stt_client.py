@@ -1,7 +1,8 @@
 """Drive a StreamingRecognize call with float audio and collect the events as records.
 
-Records: ("started", ms, utt), ("eou", ms, reason, utt), ("final"/"partial", text, start, end, utt);
-the utterance index is always last.
+Records: ("started", ms, utt), ("eou", ms, reason, utt), ("final"/"partial", text, start, end, utt),
+and ("eou+final", ms, reason, text, utt) for a final sent inside its EndOfUtterance
+(``final_with_end_of_utterance``); the utterance index is always last.
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ def to_record(ev: stt_pb2.RecognizeEvent) -> tuple:
     if kind == "speech_started":
         return ("started", ev.speech_started.offset_ms, utt)
     if kind == "end_of_utterance":
-        return ("eou", ev.end_of_utterance.end_ms, ev.end_of_utterance.reason, utt)
+        end = ev.end_of_utterance
+        if end.HasField("final"):
+            return ("eou+final", end.end_ms, end.reason, end.final.text, utt)
+        return ("eou", end.end_ms, end.reason, utt)
     t = ev.transcript
     return ("final" if t.is_final else "partial", t.text, t.start_ms, t.end_ms, utt)
 

@@ -78,6 +78,7 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
             session_id=config.session_id,
             interim_results=config.interim_results,
             speculative_results=config.speculative_results,
+            final_with_end_of_utterance=config.final_with_end_of_utterance,
             partial_interval_frames=max(1, s.partial_interval_ms // FRAME_MS),
             speculative_silence_frames=max(1, s.speculative_silence_ms // FRAME_MS),
         )

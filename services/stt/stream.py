@@ -15,7 +15,10 @@ Three things happen per stream:
   the gateway can start the reply before the endpoint.
 - The finals task answers each ended utterance in order: with the text of a
   finished decode that already covered it, by awaiting the running decode
-  that covers it, or else with a fresh decode ahead of every partial.
+  that covers it, or else with a fresh decode ahead of every partial. With
+  ``final_with_end_of_utterance``, a final already known as the utterance
+  ends (a finished decode covered it, and no earlier final is still owed)
+  goes inside the ``EndOfUtterance`` itself: one message at the endpoint.
 
 Queues are bounded: a reader that does not keep up blocks ``feed`` (and so,
 through gRPC flow control, its own client) and loses partials, never finals.
@@ -59,6 +62,8 @@ class StreamOptions:
     speculative_results: bool = False  # send the decode made at a pause (a reply may start on it)
     partial_interval_frames: int = 12  # ~400 ms of new speech
     speculative_silence_frames: int = 2  # ~64 ms of pause
+    # A final known at the endpoint rides in the EndOfUtterance (EndOfUtterance.final).
+    final_with_end_of_utterance: bool = False
 
 
 class RecognitionStream:
@@ -77,6 +82,7 @@ class RecognitionStream:
         self._speculated_end = -1  # speech end frame the last speculative ask was for
         self._latest: dict[int, tuple[Segment, str]] = {}  # newest decode per utterance
         self._partial_text = ""
+        self._finals_owed = 0  # ended utterances handed to the finals task, not yet answered
         self._tasks = [
             asyncio.create_task(self._run_finals()),
             asyncio.create_task(self._run_partials()),
@@ -132,20 +138,28 @@ class RecognitionStream:
         else:
             self._set_open(None)
             segment = event.segment
-            await self._events.put(self._event(
-                event.utterance,
-                end_of_utterance=stt_pb2.EndOfUtterance(end_ms=segment.end_ms, reason=event.reason),
-            ))
-            await self._ended.put((event, time.perf_counter()))
+            end = stt_pb2.EndOfUtterance(end_ms=segment.end_ms, reason=event.reason)
+            # Finals go out in order: only with none owed may this one skip the finals task.
+            known = None
+            if self._options.final_with_end_of_utterance and not self._finals_owed:
+                known = self._reused_text(segment)
+            if known is not None:
+                end.final.CopyFrom(self._transcript_of(segment, known, final=True))
+                ENDPOINT_TO_FINAL_SECONDS.observe(0.0)
+            await self._events.put(self._event(event.utterance, end_of_utterance=end))
+            if known is None:
+                self._finals_owed += 1
+                await self._ended.put((event, time.perf_counter()))
 
     def _event(self, utterance: int, **event) -> stt_pb2.RecognizeEvent:
         return stt_pb2.RecognizeEvent(session_id=self._options.session_id, utterance_index=utterance, **event)
 
     def _transcript(self, segment: Segment, text: str, final: bool) -> stt_pb2.RecognizeEvent:
-        return self._event(segment.utterance, transcript=stt_pb2.Transcript(
-            text=text, is_final=final, start_ms=segment.start_ms, end_ms=segment.end_ms,
-            language=self._options.language,
-        ))
+        return self._event(segment.utterance, transcript=self._transcript_of(segment, text, final))
+
+    def _transcript_of(self, segment: Segment, text: str, final: bool) -> stt_pb2.Transcript:
+        return stt_pb2.Transcript(text=text, is_final=final, start_ms=segment.start_ms,
+                                  end_ms=segment.end_ms, language=self._options.language)
 
     # ---- partials --------------------------------------------------------
     def _ask_for_partial(self) -> None:
@@ -228,6 +242,7 @@ class RecognitionStream:
                 ended, decided_at = item
                 text = await self._final_text(ended.segment)
                 await self._events.put(self._transcript(ended.segment, text, final=True))
+                self._finals_owed -= 1
                 ENDPOINT_TO_FINAL_SECONDS.observe(time.perf_counter() - decided_at)
             await self._events.put(_DONE)
         except asyncio.CancelledError:
@@ -236,13 +251,21 @@ class RecognitionStream:
             log.exception("stt final decode failed")
             self.fail(exc)
 
-    async def _final_text(self, segment: Segment) -> str:
+    def _reused_text(self, segment: Segment) -> str | None:
+        """The text of a finished decode that covered the ended ``segment`` (None: there is
+        none); the utterance's decodes and older ones are forgotten either way."""
         latest = self._latest.pop(segment.utterance, None)
         for old in [u for u in self._latest if u < segment.utterance]:
             del self._latest[old]
-        if latest is not None and latest[0].covers(segment):
-            FINALS_TOTAL.labels("reused").inc()
-            return latest[1]
+        if latest is None or not latest[0].covers(segment):
+            return None
+        FINALS_TOTAL.labels("reused").inc()
+        return latest[1]
+
+    async def _final_text(self, segment: Segment) -> str:
+        reused = self._reused_text(segment)
+        if reused is not None:
+            return reused
         job, result = self._job, None
         if job is not None and job.segment is not None and job.segment.covers(segment):
             # Shielded: the partials task awaits the same future. If it failed, decode afresh.

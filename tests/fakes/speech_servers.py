@@ -6,7 +6,9 @@ prints ``READY fake-speech stt=PORT tts=PORT``.
 STT: a 20 ms frame whose peak is above a threshold is speech; ``SpeechStarted`` at the
 first loud frame, a partial every 400 ms of speech, and at the first quiet frame after speech
 ``EndOfUtterance`` and the final at once (no endpointing silence: the time after the end of
-speech is all the gateway's and the brain's). The transcript is ``FAKE_STT_TEXT``.
+speech is all the gateway's and the brain's); the final inside the ``EndOfUtterance`` when the
+client asks for that (``final_with_end_of_utterance``), as the real service sends a final it
+already has at the endpoint. The transcript is ``FAKE_STT_TEXT``.
 ``FAKE_STT_MAX_STREAMS`` (0: none) refuses streams beyond it with RESOURCE_EXHAUSTED, as the
 real service does.
 
@@ -53,7 +55,8 @@ class InstantStt(stt_pb2_grpc.SpeechToTextServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "fake STT at its stream cap")
         self.active += 1
         try:
-            stream = _Utterances(first.config.sample_rate or 16000, self.text)
+            stream = _Utterances(first.config.sample_rate or 16000, self.text,
+                                 first.config.final_with_end_of_utterance)
             async for request in requests:
                 if request.WhichOneof("request") == "audio":
                     for event in stream.feed(request.audio):
@@ -63,9 +66,10 @@ class InstantStt(stt_pb2_grpc.SpeechToTextServicer):
 
 
 class _Utterances:
-    def __init__(self, rate: int, text: str) -> None:
+    def __init__(self, rate: int, text: str, final_with_end: bool = False) -> None:
         self.frame_bytes = rate * 20 // 1000 * 2
         self.text = text
+        self.final_with_end = final_with_end
         self.pending = b""
         self.ms = 0
         self.index = -1
@@ -95,10 +99,13 @@ class _Utterances:
             self.next_partial_ms += PARTIAL_EVERY_MS
             return [self._transcript(final=False)]
         if not speech and self.onset_ms is not None:
-            events = [self._event(end_of_utterance=stt_pb2.EndOfUtterance(end_ms=self.ms, reason="silence")),
-                      self._transcript(final=True)]
+            end = stt_pb2.EndOfUtterance(end_ms=self.ms, reason="silence")
+            final = self._transcript(final=True)
             self.onset_ms = None
-            return events
+            if self.final_with_end:
+                end.final.CopyFrom(final.transcript)
+                return [self._event(end_of_utterance=end)]
+            return [self._event(end_of_utterance=end), final]
         return []
 
     def _transcript(self, final: bool) -> stt_pb2.RecognizeEvent:

@@ -21,8 +21,10 @@ from services.stt.models import resolve_whisper_model, silero_vad_path
 from services.stt.server import SpeechToTextServicer
 from services.stt.vad import SileroVad
 from tests.audio import silence, speech
-from tests.fakes.engines import FakeSttEngine, GatedSttEngine
+from tests.fakes.engines import FakeSttEngine, GatedSttEngine, LoudnessVad
 from tests.stt_client import RecognizeCall, kinds, per_utterance, recognize
+from tests.unit.test_stt_stream import loud, quiet
+from voicebot.common.audio import pcm16_to_float
 from voicebot.common.grpc_server import start_server
 from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
@@ -35,9 +37,10 @@ async def fake_stt():
     """An STT server on a random port with the real VAD and a fake engine."""
     servers = []
 
-    async def start(engine=None, **overrides):
+    async def start(engine=None, vad=None, **overrides):
         settings = SttSettings(port=0, metrics_port=0, **overrides)
-        servicer = SpeechToTextServicer(settings, engine or FakeSttEngine(), SileroVad(silero_vad_path()))
+        vad = vad or SileroVad(silero_vad_path())
+        servicer = SpeechToTextServicer(settings, engine or FakeSttEngine(), vad)
 
         def register(server):
             stt_pb2_grpc.add_SpeechToTextServicer_to_server(servicer, server)
@@ -184,6 +187,17 @@ async def test_partials_come_before_the_final(fake_stt):
     final = records[-1]
     partials = [r for r in records if r[0] == "partial"]
     assert all(p[1] and p[2] == final[2] and p[3] <= final[3] for p in partials)
+
+
+async def test_a_final_known_at_the_endpoint_comes_inside_its_end_of_utterance_when_asked(fake_stt):
+    addr, _ = await fake_stt(vad=LoudnessVad())  # loud frames are speech: each decision exact
+    async with RecognizeCall(addr, speculative_results=True, final_with_end_of_utterance=True) as call:
+        await call.send(pcm16_to_float(quiet(5) + loud(20) + quiet(2)))
+        early = await call.until("partial")  # the decode made at the pause is done
+        await call.send(pcm16_to_float(quiet(20)))  # the endpoint
+        records = await call.finish()
+    assert kinds(records) == ["started", "partial", "eou+final"]
+    assert records[-1][2] == "silence" and records[-1][3] == early[1]  # the pause's words, one message
 
 
 async def test_without_interim_results_there_are_no_partials(fake_stt):

@@ -311,6 +311,28 @@ def end_of_utterance(utterance: int, end_ms: int) -> stt_pb2.RecognizeEvent:
                                   end_of_utterance=stt_pb2.EndOfUtterance(end_ms=end_ms, reason="silence"))
 
 
+def end_with_final(utterance: int, text: str, start_ms: int, end_ms: int) -> stt_pb2.RecognizeEvent:
+    """The EndOfUtterance with its final inside (what the gateway asks STT for by default)."""
+    event = end_of_utterance(utterance, end_ms)
+    final = transcript(utterance, text, start_ms, end_ms, final=True)
+    event.end_of_utterance.final.CopyFrom(final.transcript)
+    return event
+
+
+async def utterance_ends(call, utterance: int, text: str, start_ms: int, end_ms: int, together: bool) -> None:
+    """STT's endpoint: the final inside the EndOfUtterance (``together``), or right after it."""
+    if together:
+        await call._on_stt_event(end_with_final(utterance, text, start_ms, end_ms))
+        return
+    await call._on_stt_event(end_of_utterance(utterance, end_ms))
+    await call._on_stt_event(transcript(utterance, text, start_ms, end_ms, final=True))
+
+
+# The two ways STT may send the endpoint's final: the gateway must do the same with either.
+FINAL_APART_OR_INSIDE = pytest.mark.parametrize("together", [False, True],
+                                                ids=["final-apart", "final-inside"])
+
+
 async def until(check, timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not check():  # noqa: ASYNC110 - polling a fake's records
@@ -336,7 +358,8 @@ async def test_speech_while_the_bot_thinks_holds_the_reply_and_joins_the_two_par
     await call.close()
 
 
-async def test_a_filler_while_the_bot_speaks_pauses_it_and_then_it_goes_on():
+@FINAL_APART_OR_INSIDE
+async def test_a_filler_while_the_bot_speaks_pauses_it_and_then_it_goes_on(together):
     brain = FakeBrain()
     call, ws = make_call(brain, FakeTts(audio_ms=700))
     call._start_turn("When do you open?", _timings())
@@ -346,8 +369,7 @@ async def test_a_filler_while_the_bot_speaks_pauses_it_and_then_it_goes_on():
     await call._on_stt_event(transcript(0, "Uh", 1000, 1400, final=False))  # a filler: no words
     await asyncio.sleep(0.3)
     assert ws.audio_frames() == frames  # not one frame while it is being judged
-    await call._on_stt_event(end_of_utterance(0, 1100))
-    await call._on_stt_event(transcript(0, "Up.", 1000, 1100, final=True))  # words, but 100 ms of them
+    await utterance_ends(call, 0, "Up.", 1000, 1100, together)  # words, but 100 ms of them
     await until(lambda: "turn.metrics" in ws.kinds())
 
     assert "interrupt" not in ws.kinds() and "transcript.final" not in ws.kinds()
@@ -376,14 +398,14 @@ async def test_speech_that_goes_on_is_confirmed_by_its_length_not_by_a_burst_of_
     await call.close()
 
 
-async def test_words_over_enough_speech_confirm_even_after_the_utterance_ended():
+@FINAL_APART_OR_INSIDE
+async def test_words_over_enough_speech_confirm_even_after_the_utterance_ended(together):
     brain = FakeBrain()
     call, ws = make_call(brain, FakeTts(audio_ms=3000))
     call._start_turn("When do you open?", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
     await call._on_stt_event(speech_started(0, onset_ms=500))
-    await call._on_stt_event(end_of_utterance(0, 800))
-    await call._on_stt_event(transcript(0, "No.", 500, 800, final=True))
+    await utterance_ends(call, 0, "No.", 500, 800, together)
     await until(lambda: len(brain.requests) == 2)
     kinds = ws.kinds()
     assert kinds.index("interrupt") < kinds.index("transcript.final")

@@ -14,6 +14,7 @@ import pytest
 from gateway import standby
 from gateway.turn import TurnTimings
 from tests.unit.test_bargein_logic import (
+    FINAL_APART_OR_INSIDE,
     FakeBrain,
     FakeTts,
     end_of_utterance,
@@ -21,6 +22,7 @@ from tests.unit.test_bargein_logic import (
     speech_started,
     transcript,
     until,
+    utterance_ends,
 )
 from tests.unit.test_gateway_preemptive import ConverseBrain, speculative
 
@@ -47,14 +49,18 @@ def replies(ws) -> list[str]:
     return [e["text"] for e in ws.sent if isinstance(e, dict) and e["type"] == "reply.done"]
 
 
-async def test_the_calls_open_at_the_onset_and_the_turn_at_the_endpoint_uses_them():
+@FINAL_APART_OR_INSIDE
+async def test_the_calls_open_at_the_onset_and_the_turn_at_the_endpoint_uses_them(together):
     brain, tts = FakeBrain(), FakeTts()
     call, ws = make_call(brain, tts)
     await speak_up(call)
     assert len(brain.opened) == 1 and len(tts.opened) == 1  # open while the caller still speaks
     assert brain.requests == []  # ... and nothing asked yet
-    await stop_speaking(call, "When do you open?")
+    await utterance_ends(call, 0, "When do you open?", 1000, 1800, together)
     await until(lambda: "turn.metrics" in ws.kinds())
+    assert ws.kinds().index("transcript.final") < ws.kinds().index("reply.done")
+    [metrics] = [e["ms"] for e in ws.sent if isinstance(e, dict) and e["type"] == "turn.metrics"]
+    assert metrics["endpoint"] is not None and metrics["stt"] is not None  # both stages timed
     assert [r.text for r in brain.requests] == ["When do you open?"]
     assert len(brain.opened) == 1 and len(tts.opened) == 1  # no call opened at the endpoint
     assert replies(ws) == ["Sure, see you then."] and "audio" in ws.kinds()

@@ -7,6 +7,7 @@ The VAD says "speech" for loud frames, so every decision lands on an exact
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -36,13 +37,14 @@ class Harness:
     """A RecognitionStream whose events are collected as they come."""
 
     def __init__(self, engine, interim: bool = False, interval: int = 5, rate: int = 16000,
-                 speculative: bool = False) -> None:
+                 speculative: bool = False, final_with_end: bool = False, workers: int = 1) -> None:
         self.engine = engine
-        self.pool = DecodePool(engine, workers=1)
+        self.pool = DecodePool(engine, workers=workers)
         recognizer = StreamRecognizer(LoudnessVad(), ENDPOINT, rate, pre_roll_ms=0)
         self.stream = RecognitionStream(recognizer, self.pool, StreamOptions(
             language="en", interim_results=interim, partial_interval_frames=interval,
-            speculative_silence_frames=2, speculative_results=speculative))
+            speculative_silence_frames=2, speculative_results=speculative,
+            final_with_end_of_utterance=final_with_end))
         self.events: list = []
         self._arrived = asyncio.Condition()
         self._reader = asyncio.create_task(self._collect())
@@ -61,12 +63,23 @@ class Harness:
         out = []
         for ev in self.events:
             kind = ev.WhichOneof("event")
-            out.append(("final" if ev.transcript.is_final else "partial") if kind == "transcript" else kind)
+            if kind == "transcript":
+                kind = "final" if ev.transcript.is_final else "partial"
+            elif kind == "end_of_utterance" and ev.end_of_utterance.HasField("final"):
+                kind = "end_of_utterance+final"
+            out.append(kind)
         return out
 
     def transcripts(self, final: bool) -> list:
-        return [ev.transcript for ev in self.events
-                if ev.WhichOneof("event") == "transcript" and ev.transcript.is_final == final]
+        """The transcripts sent, a final inside its EndOfUtterance too."""
+        out = []
+        for ev in self.events:
+            kind = ev.WhichOneof("event")
+            if kind == "transcript" and ev.transcript.is_final == final:
+                out.append(ev.transcript)
+            elif kind == "end_of_utterance" and final and ev.end_of_utterance.HasField("final"):
+                out.append(ev.end_of_utterance.final)
+        return out
 
     async def finish(self) -> list[str]:
         await self.stream.finish()
@@ -112,6 +125,61 @@ async def test_without_asking_no_speculative_decode_is_sent():
     h = Harness(FakeSttEngine())
     await h.stream.feed(quiet(5) + loud(20) + quiet(12))
     assert await h.finish() == ["speech_started", "end_of_utterance", "final"]
+
+
+async def test_a_final_known_at_the_endpoint_rides_in_the_end_of_utterance_when_asked_for():
+    engine = FakeSttEngine()
+    h = Harness(engine, speculative=True, final_with_end=True)
+    await h.stream.feed(quiet(5) + loud(20) + quiet(2))
+    await h.wait_for("partial")  # the pause's decode is done: the final is known from here
+    await h.stream.feed(quiet(10))  # the endpoint
+    assert await h.finish() == ["speech_started", "partial", "end_of_utterance+final"]
+    [early] = h.transcripts(final=False)
+    [final] = h.transcripts(final=True)
+    assert final.is_final and final.text == early.text and final.language == "en"
+    assert len(engine.calls) == 1  # no second decode
+
+
+async def test_a_final_still_to_decode_at_the_endpoint_follows_its_end_of_utterance():
+    engine = FakeSttEngine()
+    h = Harness(engine, final_with_end=True)
+    await h.stream.feed(quiet(5) + loud(20) + quiet(12))  # the endpoint before any decode ran
+    assert await h.finish() == ["speech_started", "end_of_utterance", "final"]
+    assert h.transcripts(final=True)[0].text == f"speech {engine.calls[-1][0]} s"  # decoded after it
+
+
+class FirstDecodeGated(FakeSttEngine):
+    """The stream's first decode waits for ``gate``; the others answer at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.first = True
+
+    def transcribe(self, audio: np.ndarray, language: str, draft: bool = False) -> str:
+        with self._lock:
+            first, self.first = self.first, False
+        if first and not self.gate.wait(timeout=60):
+            raise TimeoutError("the test never opened the gate")
+        return super().transcribe(audio, language, draft)
+
+
+async def test_a_known_final_waits_its_turn_behind_an_earlier_final_still_decoding():
+    engine = FirstDecodeGated()
+    h = Harness(engine, speculative=True, final_with_end=True, workers=2)
+    try:
+        await h.stream.feed(loud(20) + quiet(12))  # utterance 0 ends; its final decodes (held)
+        await h.stream.feed(loud(20) + quiet(2))  # utterance 1 pauses; its decode finishes
+        await h.wait_for("partial")
+        await h.stream.feed(quiet(10))  # utterance 1 ends, its final known
+        await h.wait_for("end_of_utterance", count=2)
+    finally:
+        engine.gate.set()
+    assert await h.finish() == ["speech_started", "end_of_utterance", "speech_started", "partial",
+                                "end_of_utterance", "final", "final"]
+    finals = h.transcripts(final=True)
+    assert [f.start_ms for f in finals] == sorted(f.start_ms for f in finals)  # utterance 0 first
+    assert finals[1].text == h.transcripts(final=False)[0].text  # utterance 1's decode reused
 
 
 async def test_speech_after_the_pause_makes_the_speculative_decode_stale():

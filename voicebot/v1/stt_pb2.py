@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15voicebot/v1/stt.proto\x12\x0bvoicebot.v1\"\xc4\x01\n\x11RecognitionConfig\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x10\n\x08language\x18\x03 \x01(\t\x12\x13\n\x0bsample_rate\x18\x04 \x01(\x05\x12\x17\n\x0finterim_results\x18\x05 \x01(\x08\x12\x1b\n\x13\x65ndpoint_silence_ms\x18\x06 \x01(\x05\x12\x10\n\x08\x65ncoding\x18\x07 \x01(\t\x12\x1b\n\x13speculative_results\x18\x08 \x01(\x08\"Q\n\x10UtteranceContext\x12\x17\n\x0futterance_index\x18\x01 \x01(\x05\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x13\n\x0btraceparent\x18\x03 \x01(\t\"\x94\x01\n\x10RecognizeRequest\x12\x30\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1e.voicebot.v1.RecognitionConfigH\x00\x12\x0f\n\x05\x61udio\x18\x02 \x01(\x0cH\x00\x12\x32\n\tutterance\x18\x03 \x01(\x0b\x32\x1d.voicebot.v1.UtteranceContextH\x00\x42\t\n\x07request\"\"\n\rSpeechStarted\x12\x11\n\toffset_ms\x18\x01 \x01(\x03\"u\n\nTranscript\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x10\n\x08is_final\x18\x02 \x01(\x08\x12\x10\n\x08start_ms\x18\x03 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x04 \x01(\x03\x12\x10\n\x08language\x18\x05 \x01(\t\x12\x13\n\x0bspeculative\x18\x06 \x01(\x08\"0\n\x0e\x45ndOfUtterance\x12\x0e\n\x06\x65nd_ms\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xe4\x01\n\x0eRecognizeEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0futterance_index\x18\x02 \x01(\x05\x12\x34\n\x0espeech_started\x18\x03 \x01(\x0b\x32\x1a.voicebot.v1.SpeechStartedH\x00\x12-\n\ntranscript\x18\x04 \x01(\x0b\x32\x17.voicebot.v1.TranscriptH\x00\x12\x37\n\x10\x65nd_of_utterance\x18\x05 \x01(\x0b\x32\x1b.voicebot.v1.EndOfUtteranceH\x00\x42\x07\n\x05\x65vent2d\n\x0cSpeechToText\x12T\n\x12StreamingRecognize\x12\x1d.voicebot.v1.RecognizeRequest\x1a\x1b.voicebot.v1.RecognizeEvent(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15voicebot/v1/stt.proto\x12\x0bvoicebot.v1\"\xe9\x01\n\x11RecognitionConfig\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x10\n\x08language\x18\x03 \x01(\t\x12\x13\n\x0bsample_rate\x18\x04 \x01(\x05\x12\x17\n\x0finterim_results\x18\x05 \x01(\x08\x12\x1b\n\x13\x65ndpoint_silence_ms\x18\x06 \x01(\x05\x12\x10\n\x08\x65ncoding\x18\x07 \x01(\t\x12\x1b\n\x13speculative_results\x18\x08 \x01(\x08\x12#\n\x1b\x66inal_with_end_of_utterance\x18\t \x01(\x08\"Q\n\x10UtteranceContext\x12\x17\n\x0futterance_index\x18\x01 \x01(\x05\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x13\n\x0btraceparent\x18\x03 \x01(\t\"\x94\x01\n\x10RecognizeRequest\x12\x30\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1e.voicebot.v1.RecognitionConfigH\x00\x12\x0f\n\x05\x61udio\x18\x02 \x01(\x0cH\x00\x12\x32\n\tutterance\x18\x03 \x01(\x0b\x32\x1d.voicebot.v1.UtteranceContextH\x00\x42\t\n\x07request\"\"\n\rSpeechStarted\x12\x11\n\toffset_ms\x18\x01 \x01(\x03\"u\n\nTranscript\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x10\n\x08is_final\x18\x02 \x01(\x08\x12\x10\n\x08start_ms\x18\x03 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x04 \x01(\x03\x12\x10\n\x08language\x18\x05 \x01(\t\x12\x13\n\x0bspeculative\x18\x06 \x01(\x08\"X\n\x0e\x45ndOfUtterance\x12\x0e\n\x06\x65nd_ms\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12&\n\x05\x66inal\x18\x03 \x01(\x0b\x32\x17.voicebot.v1.Transcript\"\xe4\x01\n\x0eRecognizeEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0futterance_index\x18\x02 \x01(\x05\x12\x34\n\x0espeech_started\x18\x03 \x01(\x0b\x32\x1a.voicebot.v1.SpeechStartedH\x00\x12-\n\ntranscript\x18\x04 \x01(\x0b\x32\x17.voicebot.v1.TranscriptH\x00\x12\x37\n\x10\x65nd_of_utterance\x18\x05 \x01(\x0b\x32\x1b.voicebot.v1.EndOfUtteranceH\x00\x42\x07\n\x05\x65vent2d\n\x0cSpeechToText\x12T\n\x12StreamingRecognize\x12\x1d.voicebot.v1.RecognizeRequest\x1a\x1b.voicebot.v1.RecognizeEvent(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,19 +32,19 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'voicebot.v1.stt_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RECOGNITIONCONFIG']._serialized_start=39
-  _globals['_RECOGNITIONCONFIG']._serialized_end=235
-  _globals['_UTTERANCECONTEXT']._serialized_start=237
-  _globals['_UTTERANCECONTEXT']._serialized_end=318
-  _globals['_RECOGNIZEREQUEST']._serialized_start=321
-  _globals['_RECOGNIZEREQUEST']._serialized_end=469
-  _globals['_SPEECHSTARTED']._serialized_start=471
-  _globals['_SPEECHSTARTED']._serialized_end=505
-  _globals['_TRANSCRIPT']._serialized_start=507
-  _globals['_TRANSCRIPT']._serialized_end=624
-  _globals['_ENDOFUTTERANCE']._serialized_start=626
-  _globals['_ENDOFUTTERANCE']._serialized_end=674
-  _globals['_RECOGNIZEEVENT']._serialized_start=677
-  _globals['_RECOGNIZEEVENT']._serialized_end=905
-  _globals['_SPEECHTOTEXT']._serialized_start=907
-  _globals['_SPEECHTOTEXT']._serialized_end=1007
+  _globals['_RECOGNITIONCONFIG']._serialized_end=272
+  _globals['_UTTERANCECONTEXT']._serialized_start=274
+  _globals['_UTTERANCECONTEXT']._serialized_end=355
+  _globals['_RECOGNIZEREQUEST']._serialized_start=358
+  _globals['_RECOGNIZEREQUEST']._serialized_end=506
+  _globals['_SPEECHSTARTED']._serialized_start=508
+  _globals['_SPEECHSTARTED']._serialized_end=542
+  _globals['_TRANSCRIPT']._serialized_start=544
+  _globals['_TRANSCRIPT']._serialized_end=661
+  _globals['_ENDOFUTTERANCE']._serialized_start=663
+  _globals['_ENDOFUTTERANCE']._serialized_end=751
+  _globals['_RECOGNIZEEVENT']._serialized_start=754
+  _globals['_RECOGNIZEEVENT']._serialized_end=982
+  _globals['_SPEECHTOTEXT']._serialized_start=984
+  _globals['_SPEECHTOTEXT']._serialized_end=1084
 # @@protoc_insertion_point(module_scope)

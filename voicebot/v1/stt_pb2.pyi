@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RecognitionConfig(_message.Message):
-    __slots__ = ("session_id", "turn_id", "language", "sample_rate", "interim_results", "endpoint_silence_ms", "encoding", "speculative_results")
+    __slots__ = ("session_id", "turn_id", "language", "sample_rate", "interim_results", "endpoint_silence_ms", "encoding", "speculative_results", "final_with_end_of_utterance")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class RecognitionConfig(_message.Message):
     ENDPOINT_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_WITH_END_OF_UTTERANCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     turn_id: str
     language: str
@@ -23,7 +24,8 @@ class RecognitionConfig(_message.Message):
     endpoint_silence_ms: int
     encoding: str
     speculative_results: bool
-    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., language: _Optional[str] = ..., sample_rate: _Optional[int] = ..., interim_results: _Optional[bool] = ..., endpoint_silence_ms: _Optional[int] = ..., encoding: _Optional[str] = ..., speculative_results: _Optional[bool] = ...) -> None: ...
+    final_with_end_of_utterance: bool
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., language: _Optional[str] = ..., sample_rate: _Optional[int] = ..., interim_results: _Optional[bool] = ..., endpoint_silence_ms: _Optional[int] = ..., encoding: _Optional[str] = ..., speculative_results: _Optional[bool] = ..., final_with_end_of_utterance: _Optional[bool] = ...) -> None: ...
 
 class UtteranceContext(_message.Message):
     __slots__ = ("utterance_index", "turn_id", "traceparent")
@@ -68,12 +70,14 @@ class Transcript(_message.Message):
     def __init__(self, text: _Optional[str] = ..., is_final: _Optional[bool] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., language: _Optional[str] = ..., speculative: _Optional[bool] = ...) -> None: ...
 
 class EndOfUtterance(_message.Message):
-    __slots__ = ("end_ms", "reason")
+    __slots__ = ("end_ms", "reason", "final")
     END_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
     end_ms: int
     reason: str
-    def __init__(self, end_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    final: Transcript
+    def __init__(self, end_ms: _Optional[int] = ..., reason: _Optional[str] = ..., final: _Optional[_Union[Transcript, _Mapping]] = ...) -> None: ...
 
 class RecognizeEvent(_message.Message):
     __slots__ = ("session_id", "utterance_index", "speech_started", "transcript", "end_of_utterance")
