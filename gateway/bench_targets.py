@@ -12,10 +12,11 @@ The targets are the gateway's capacity issue's (README, "Gateway capacity"):
 A check whose load level was not run says so (``met`` None), and is neither met nor failed.
 ``make bench-gateway ARGS=--check`` exits 1 when the first variant misses one.
 
-One caller's p50 comes from some 33 turns, and is judged as measured; its 90 % bootstrap
-interval is printed beside it, and when the limit lies inside that interval the line says a
-rerun may judge otherwise (on the development machine the p50 sits at its 5 ms: of eight sweeps
-on 2026-12-05, pooled p50 4.83 ms, two measured 5.12 and 5.18).
+One caller's p50 comes from some 50 turns (``--latency-seconds`` 90), and is judged as
+measured; its 90 % bootstrap interval is printed beside it, and when the limit lies inside that
+interval the line says a rerun may judge otherwise (on the development machine the p50 sat at
+its 5 ms: of eight sweeps of ~33 turns on 2026-12-05, pooled p50 4.83 ms, two measured 5.12 and
+5.18).
 """
 
 from __future__ import annotations
