@@ -1,0 +1,38 @@
+"""The instant fake STT of make bench-gateway (tests/fakes/speech_servers.py): a loud frame is
+speech, and the first quiet frame after it ends the utterance at once, with its final: inside
+the EndOfUtterance when the client asked for that, as the real STT sends a final it has."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.fakes import speech_servers
+
+RATE = 16000
+QUIET = bytes(RATE // 50 * 2)
+LOUD = (np.sin(np.arange(RATE // 50) / 3) * 8000).astype(np.int16).tobytes()
+
+
+def kinds(events) -> list[str]:
+    out = []
+    for event in events:
+        kind = event.WhichOneof("event")
+        if kind == "end_of_utterance" and event.end_of_utterance.HasField("final"):
+            kind += "+final"
+        elif kind == "transcript":
+            kind = "final" if event.transcript.is_final else "partial"
+        out.append(kind)
+    return out
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["final-apart", "final-inside"])
+def test_the_first_quiet_frame_after_speech_ends_the_utterance_with_its_final(together):
+    stream = speech_servers._Utterances(RATE, "a table for two", final_with_end=together)
+    assert kinds(stream.feed(QUIET * 3 + LOUD[:100])) == []  # part of a frame waits for the rest
+    assert kinds(stream.feed(LOUD[100:] + LOUD * 4)) == ["speech_started"]
+    events = stream.feed(QUIET + QUIET)
+    assert kinds(events) == (["end_of_utterance+final"] if together else ["end_of_utterance", "final"])
+    final = events[0].end_of_utterance.final if together else events[1].transcript
+    assert final.text == "a table for two" and final.is_final
+    assert (final.start_ms, final.end_ms) == (60, 160)  # the onset at the fourth frame, the end at the ninth
