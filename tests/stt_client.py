@@ -96,6 +96,17 @@ def to_record(ev: stt_pb2.RecognizeEvent) -> tuple:
     return ("final" if t.is_final else "partial", t.text, t.start_ms, t.end_ms, utt)
 
 
+def event_kind(ev: stt_pb2.RecognizeEvent) -> str:
+    """An event's kind by its oneof, with "final"/"partial" for transcripts and
+    "end_of_utterance+final" for a final sent inside its EndOfUtterance."""
+    kind = ev.WhichOneof("event")
+    if kind == "transcript":
+        return "final" if ev.transcript.is_final else "partial"
+    if kind == "end_of_utterance" and ev.end_of_utterance.HasField("final"):
+        return "end_of_utterance+final"
+    return kind
+
+
 def kinds(records: list[tuple]) -> list[str]:
     return [r[0] for r in records]
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.fakes import speech_servers
+from tests.stt_client import event_kind
 
 RATE = 16000
 QUIET = bytes(RATE // 50 * 2)
@@ -15,15 +16,7 @@ LOUD = (np.sin(np.arange(RATE // 50) / 3) * 8000).astype(np.int16).tobytes()
 
 
 def kinds(events) -> list[str]:
-    out = []
-    for event in events:
-        kind = event.WhichOneof("event")
-        if kind == "end_of_utterance" and event.end_of_utterance.HasField("final"):
-            kind += "+final"
-        elif kind == "transcript":
-            kind = "final" if event.transcript.is_final else "partial"
-        out.append(kind)
-    return out
+    return [event_kind(event) for event in events]
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["final-apart", "final-inside"])

@@ -18,6 +18,7 @@ from services.stt.recognizer import FINAL, PARTIAL, SPECULATIVE, DecodePool, Seg
 from services.stt.stream import RecognitionStream, StreamOptions
 from services.stt.vad import FRAME_SAMPLES
 from tests.fakes.engines import FakeSttEngine, GatedSttEngine, LoudnessVad
+from tests.stt_client import event_kind
 from voicebot.common.audio import float_to_pcm16, resample
 
 ENDPOINT = EndpointConfig(threshold=0.5, neg_threshold=0.35, min_speech_frames=2,
@@ -60,15 +61,7 @@ class Harness:
             await asyncio.wait_for(self._arrived.wait_for(lambda: self.kinds().count(kind) >= count), 30)
 
     def kinds(self) -> list[str]:
-        out = []
-        for ev in self.events:
-            kind = ev.WhichOneof("event")
-            if kind == "transcript":
-                kind = "final" if ev.transcript.is_final else "partial"
-            elif kind == "end_of_utterance" and ev.end_of_utterance.HasField("final"):
-                kind = "end_of_utterance+final"
-            out.append(kind)
-        return out
+        return [event_kind(ev) for ev in self.events]
 
     def transcripts(self, final: bool) -> list:
         """The transcripts sent, a final inside its EndOfUtterance too."""
