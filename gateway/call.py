@@ -586,7 +586,8 @@ class Call:
 
     def _runner(self, turn: ActiveTurn) -> TurnRunner:
         return TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s,
-                          self.settings.reply_phrase_chars, self.settings.reply_first_words)
+                          self.settings.reply_phrase_chars, self.settings.reply_first_words,
+                          self.settings.tts_sentence_with_audio)
 
     def _may_start_on(self, text: str) -> bool:
         """Words the brain may work on before the endpoint: a session, words, and no reply still

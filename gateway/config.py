@@ -67,6 +67,9 @@ class GatewaySettings(BaseSettings):
     # message instead of two: a gRPC stream's second message waits for the first to complete).
     # An STT that does not know the field sends the final apart, which works the same.
     stt_final_with_end: bool = True
+    # The same on the way out: ask TTS to start each sentence on its first audio chunk instead of
+    # a SentenceStarted message before it. A TTS that does not know the field sends it apart.
+    tts_sentence_with_audio: bool = True
     # While no utterance is open and no reply is in flight, up to this much audio goes to STT per
     # message (only quiet audio waits: a louder frame ends the hold, stt_hold_until_rms below);
     # otherwise every frame goes at once. 0 = never hold.

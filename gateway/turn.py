@@ -110,12 +110,13 @@ class TurnFailed(Exception):
 
 class TurnRunner:
     def __init__(self, upstreams, output: TurnOutput, timeout_s: float, phrase_chars: int = 160,
-                 first_words: int = 0) -> None:
+                 first_words: int = 0, sentence_with_audio: bool = True) -> None:
         self.upstreams = upstreams
         self.output = output
         self.timeout_s = timeout_s
         self.phrase_chars = phrase_chars
         self.first_words = first_words
+        self.sentence_with_audio = sentence_with_audio
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
                   playout: Playout, brain_call=None, standby: StandbyCalls | None = None) -> str:
@@ -139,6 +140,7 @@ class TurnRunner:
             yield tts_pb2.SynthesizeRequest(config=tts_pb2.SynthesisConfig(
                 session_id=req.session_id, turn_id=req.turn_id,
                 sample_rate=req.output_rate, language=req.language,
+                sentence_with_first_audio=self.sentence_with_audio,
             ))
             while (text := await texts.get()) is not None:
                 if timings.first_tts_text is None:
@@ -230,6 +232,11 @@ class TurnRunner:
             elif kind == "audio":
                 if timings.first_audio is None:
                     timings.first_audio = time.perf_counter()
+                if event.audio.HasField("sentence"):  # a sentence started on its first chunk
+                    if timings.first_sentence_ready is None:
+                        timings.first_sentence_ready = (timings.first_audio
+                                                        - event.audio.sentence_started_ms_ago / 1000)
+                    spoken.sentence_started(event.audio.sentence.text)
                 spoken.audio_received(len(event.audio.pcm16))
                 playout.feed(event.audio.pcm16)
             elif kind == "error":

@@ -69,6 +69,8 @@ class Stream:
 
     rate: int
     language: str
+    # The client asked for each sentence's start on its first audio chunk (tts.proto).
+    sentence_with_first_audio: bool = False
     stop: RenderStop = field(default_factory=RenderStop)
     first_audio_at: float | None = None
     audio_s: float = 0.0
@@ -109,7 +111,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"voice {first.config.voice!r} is not loaded; this server has 'default'",
             )
-        stream = Stream(rate, (first.config.language or "en").lower())
+        stream = Stream(rate, (first.config.language or "en").lower(), first.config.sentence_with_first_audio)
         context.add_done_callback(lambda _context: stream.stop.set())
         sentences: asyncio.Queue = asyncio.Queue()
         ACTIVE_STREAMS.inc()
@@ -170,17 +172,25 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             return  # nothing speakable (stray markup): no sentence to report
         index, stream.sentences = stream.sentences, stream.sentences + 1
         # The sentence as written, so the gateway can tell which words were heard.
-        yield tts_pb2.SynthesizeEvent(sentence_started=tts_pb2.SentenceStarted(index=index, text=sentence))
+        started = tts_pb2.SentenceStarted(index=index, text=sentence)
+        if not stream.sentence_with_first_audio:
+            yield tts_pb2.SynthesizeEvent(sentence_started=started)
         ready_at = time.perf_counter()
         samples = 0
         try:
             async for audio in self._phrases(stream, text):
                 if samples == 0:
                     FIRST_AUDIO_SECONDS.observe(time.perf_counter() - ready_at)
+                first = samples == 0 and stream.sentence_with_first_audio
                 samples += len(audio)
                 for chunk in self._chunks(audio, stream.rate):
-                    yield tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
+                    event = tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
                         pcm16=chunk, sample_rate=stream.rate, sentence_index=index))
+                    if first:  # the sentence starts on its first chunk, as the client asked
+                        event.audio.sentence.CopyFrom(started)
+                        event.audio.sentence_started_ms_ago = (time.perf_counter() - ready_at) * 1000
+                        first = False
+                    yield event
         except RenderStopped:
             return  # the call ended: nobody to tell
         except Exception as exc:  # noqa: BLE001 - one bad sentence must not end the reply

@@ -15,7 +15,8 @@ real service does.
 TTS: each piece the real segmenter cuts, with the real service's settings (``TTS_*``, read as
 the real service reads them; by default the reply's first piece ends at its first comma: "Sure,"
 is spoken while the rest is written), is 60 ms of quiet audio per word, in chunks of at most
-``TTS_CHUNK_MS``, sent as soon as the piece is complete.
+``TTS_CHUNK_MS``, sent as soon as the piece is complete; the piece starts on its first chunk
+when the client asks for that (``sentence_with_first_audio``), as the real service does.
 """
 
 from __future__ import annotations
@@ -130,27 +131,32 @@ class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
         if first is None:
             return
         rate = first.config.sample_rate or 16000
+        with_audio = first.config.sentence_with_first_audio
         segmenter = SentenceSegmenter(*self.segments)
         index = 0
         async for request in requests:
             if request.WhichOneof("request") == "text":
                 for sentence in segmenter.push(request.text):
-                    for event in _speak(sentence, index, rate, self.chunk_ms):
+                    for event in _speak(sentence, index, rate, self.chunk_ms, with_audio):
                         yield event
                     index += 1
         for sentence in segmenter.flush():
-            for event in _speak(sentence, index, rate, self.chunk_ms):
+            for event in _speak(sentence, index, rate, self.chunk_ms, with_audio):
                 yield event
             index += 1
 
 
-def _speak(sentence: str, index: int, rate: int, chunk_ms: int) -> list[tts_pb2.SynthesizeEvent]:
+def _speak(sentence: str, index: int, rate: int, chunk_ms: int,
+           with_audio: bool = False) -> list[tts_pb2.SynthesizeEvent]:
     total = len(sentence.split()) * WORD_MS * rate // 1000 * 2
     chunk = max(2, chunk_ms * rate // 1000 * 2)
-    events = [tts_pb2.SynthesizeEvent(sentence_started=tts_pb2.SentenceStarted(index=index, text=sentence))]
+    started = tts_pb2.SentenceStarted(index=index, text=sentence)
+    events = [] if with_audio else [tts_pb2.SynthesizeEvent(sentence_started=started)]
     events += [tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
         pcm16=bytes(min(chunk, total - start)), sample_rate=rate, sentence_index=index))
         for start in range(0, total, chunk)]
+    if with_audio and events:
+        events[0].audio.sentence.CopyFrom(started)  # rendered at once: 0 ms since it started
     events.append(tts_pb2.SynthesizeEvent(sentence_done=tts_pb2.SentenceDone(
         index=index, duration_ms=total * 1000 // (2 * rate))))
     return events

@@ -60,8 +60,9 @@ def piper_tts():
         stack.stop()
 
 
-def config(rate: int = 16000, language: str = "en") -> tts_pb2.SynthesizeRequest:
-    return tts_pb2.SynthesizeRequest(config=tts_pb2.SynthesisConfig(sample_rate=rate, language=language))
+def config(rate: int = 16000, language: str = "en", with_audio: bool = False) -> tts_pb2.SynthesizeRequest:
+    return tts_pb2.SynthesizeRequest(config=tts_pb2.SynthesisConfig(
+        sample_rate=rate, language=language, sentence_with_first_audio=with_audio))
 
 
 def text(value: str) -> tts_pb2.SynthesizeRequest:
@@ -79,16 +80,31 @@ def record(event: tts_pb2.SynthesizeEvent) -> tuple:
     return ("error", event.error.sentence_index)
 
 
-async def synthesize(addr: str, deltas: list[str], rate: int = 16000, language: str = "en") -> list[tuple]:
+def as_records(event: tts_pb2.SynthesizeEvent) -> list[tuple]:
+    """A chunk that starts its sentence (``sentence_with_first_audio``) reads as the
+    SentenceStarted it stands for, then the chunk: the same record as with the two apart."""
+    if event.WhichOneof("event") == "audio" and event.audio.HasField("sentence"):
+        return [("started", event.audio.sentence.index, event.audio.sentence.text), record(event)]
+    return [record(event)]
+
+
+async def stream_events(addr: str, deltas: list[str], rate: int = 16000, language: str = "en",
+                        with_audio: bool = False) -> list[tts_pb2.SynthesizeEvent]:
     async with internal_channel(addr) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
 
         async def requests():
-            yield config(rate, language)
+            yield config(rate, language, with_audio)
             for delta in deltas:
                 yield text(delta)
 
-        return [record(ev) async for ev in stub.StreamingSynthesize(requests(), timeout=120)]
+        return [ev async for ev in stub.StreamingSynthesize(requests(), timeout=120)]
+
+
+async def synthesize(addr: str, deltas: list[str], rate: int = 16000, language: str = "en",
+                     with_audio: bool = False) -> list[tuple]:
+    events = await stream_events(addr, deltas, rate, language, with_audio)
+    return [r for event in events for r in as_records(event)]
 
 
 def kinds(records: list[tuple]) -> list[str]:
@@ -273,6 +289,30 @@ async def test_a_failed_sentence_is_reported_and_the_next_one_is_spoken(scripted
     assert [r for r in records if r[0] in ("started", "error")] == [
         ("started", 0, "First one."), ("started", 1, "Then FAIL here."), ("error", 1),
         ("started", 2, "And the last one.")]
+
+
+async def test_asked_to_a_sentence_starts_on_its_first_chunk_and_reads_the_same(scripted_tts):
+    """``sentence_with_first_audio``: no SentenceStarted message; each sentence's first chunk
+    carries it, with how long ago it started; the record is the same as with the two apart."""
+    addr, _engine = scripted_tts
+    deltas = ["Good start, then more, and the end. ", "Fine."]
+    events = await stream_events(addr, deltas, with_audio=True)
+    assert [e.WhichOneof("event") for e in events].count("sentence_started") == 0
+    audio = [e.audio for e in events if e.WhichOneof("event") == "audio"]
+    assert [(a.sentence_index, a.HasField("sentence")) for a in audio] == [
+        (0, True), (0, False), (0, False), (1, True)]
+    assert [(a.sentence.index, a.sentence.text) for a in audio if a.HasField("sentence")] == [
+        (0, "Good start, then more, and the end."), (1, "Fine.")]
+    assert all(0 <= a.sentence_started_ms_ago < 30_000 for a in audio if a.HasField("sentence"))
+    assert [r for e in events for r in as_records(e)] == await synthesize(addr, deltas)
+
+
+async def test_asked_to_a_failed_sentence_without_audio_is_never_started(scripted_tts):
+    addr, _engine = scripted_tts
+    told = await synthesize(addr, ["First one. Then FAIL here. ", "And the last one."], with_audio=True)
+    assert kinds(told) == ["started", "audio", "done", "error", "started", "audio", "done"]
+    assert [r for r in told if r[0] in ("started", "error")] == [
+        ("started", 0, "First one."), ("error", 1), ("started", 2, "And the last one.")]
 
 
 async def test_a_failure_after_the_first_phrase_stops_that_sentence_only(scripted_tts):

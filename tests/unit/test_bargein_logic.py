@@ -250,15 +250,20 @@ class FakeTts:
 
     def StreamingSynthesize(self, requests, timeout=None, metadata=None):
         async def events():
-            index = 0
+            index, on_audio = 0, False
             async for request in requests:
-                if request.WhichOneof("request") != "text":
+                if request.WhichOneof("request") == "config":
+                    on_audio = request.config.sentence_with_first_audio
                     continue
-                yield tts_pb2.SynthesizeEvent(sentence_started=tts_pb2.SentenceStarted(
-                    index=index, text=request.text))
-                for _ in range(self.audio_ms // 100):
-                    yield tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
+                started = tts_pb2.SentenceStarted(index=index, text=request.text)
+                if not on_audio:  # as the real TTS: on the first chunk when asked
+                    yield tts_pb2.SynthesizeEvent(sentence_started=started)
+                for n in range(self.audio_ms // 100):
+                    event = tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
                         pcm16=b"\0" * (RATE // 10 * 2), sample_rate=RATE, sentence_index=index))
+                    if on_audio and n == 0:
+                        event.audio.sentence.CopyFrom(started)
+                    yield event
                 index += 1
 
         call = FakeCall(events())

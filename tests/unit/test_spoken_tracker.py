@@ -9,7 +9,8 @@ import pytest
 
 from gateway.playout import Playout
 from gateway.spoken import SpokenTracker
-from gateway.turn import TurnTimings
+from gateway.turn import TurnRunner, TurnTimings
+from voicebot.v1 import tts_pb2
 
 RATE = 16000
 MS = RATE * 2 // 1000  # bytes per millisecond of PCM16
@@ -80,6 +81,43 @@ def test_stage_timings_are_measured_from_the_end_of_speech():
                              "tts_ttfa": 50, "voice_to_voice": 750}
     typed = TurnTimings(brain_request=1.0, first_delta=1.2, first_tts_text=1.2, first_audio=1.5)
     assert typed.stages_ms()["endpoint"] is None and typed.stages_ms()["voice_to_voice"] == 500
+
+
+def tts_events(on_audio: bool) -> list[tts_pb2.SynthesizeEvent]:
+    """Two sentences (1000 ms and 500 ms of audio in 500 ms chunks), each started by a
+    SentenceStarted of its own or on its first chunk (``sentence_with_first_audio``), 40 ms
+    after TTS began it."""
+    events = []
+    for index, (text, chunks) in enumerate([("Tuesday at ten works.", 2), ("Shall I book it for you?", 1)]):
+        started = tts_pb2.SentenceStarted(index=index, text=text)
+        if not on_audio:
+            events.append(tts_pb2.SynthesizeEvent(sentence_started=started))
+        for n in range(chunks):
+            chunk = tts_pb2.AudioChunk(pcm16=bytes(500 * MS), sample_rate=RATE, sentence_index=index)
+            if on_audio and n == 0:
+                chunk.sentence.CopyFrom(started)
+                chunk.sentence_started_ms_ago = 40.0
+            events.append(tts_pb2.SynthesizeEvent(audio=chunk))
+    return events
+
+
+@pytest.mark.parametrize("on_audio", [False, True], ids=["sentence-apart", "sentence-on-audio"])
+async def test_sentences_started_apart_or_on_their_first_chunk_land_alike_on_the_timeline(on_audio):
+    spoken, timings = SpokenTracker(RATE), TurnTimings()
+
+    async def tts_call():
+        for event in tts_events(on_audio):
+            yield event
+
+    await TurnRunner(None, None, 1.0)._pump_tts(tts_call(), "t", timings, spoken,
+                                                Playout(spoken, frame_ms=20, lead_ms=100))
+    assert spoken.sentences == [["Tuesday at ten works.", 0, 1000], ["Shall I book it for you?", 1000, 1500]]
+    spoken.audio_sent(1500 * MS, now=0.0)  # all of it sent; the client reports 1250 ms played
+    assert spoken.spoken_text(played_ms=1250) == "Tuesday at ten works. Shall I book"
+    # The first sentence's start, for the first_clause and tts_ttfa stages: where TTS says it was.
+    assert timings.first_sentence_ready <= timings.first_audio
+    if on_audio:
+        assert timings.first_audio - timings.first_sentence_ready == pytest.approx(0.040)
 
 
 # ---- the paced playout, on a fake clock -----------------------------------------------------

@@ -24,27 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15voicebot/v1/tts.proto\x12\x0bvoicebot.v1\"l\n\x0fSynthesisConfig\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\r\n\x05voice\x18\x03 \x01(\t\x12\x13\n\x0bsample_rate\x18\x04 \x01(\x05\x12\x10\n\x08language\x18\x05 \x01(\t\"^\n\x11SynthesizeRequest\x12.\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1c.voicebot.v1.SynthesisConfigH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x42\t\n\x07request\".\n\x0fSentenceStarted\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"H\n\nAudioChunk\x12\r\n\x05pcm16\x18\x01 \x01(\x0c\x12\x13\n\x0bsample_rate\x18\x02 \x01(\x05\x12\x16\n\x0esentence_index\x18\x03 \x01(\x05\"2\n\x0cSentenceDone\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x13\n\x0b\x64uration_ms\x18\x02 \x01(\x05\"9\n\x0eSynthesisError\x12\x16\n\x0esentence_index\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xe0\x01\n\x0fSynthesizeEvent\x12\x38\n\x10sentence_started\x18\x01 \x01(\x0b\x32\x1c.voicebot.v1.SentenceStartedH\x00\x12(\n\x05\x61udio\x18\x02 \x01(\x0b\x32\x17.voicebot.v1.AudioChunkH\x00\x12\x32\n\rsentence_done\x18\x03 \x01(\x0b\x32\x19.voicebot.v1.SentenceDoneH\x00\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1b.voicebot.v1.SynthesisErrorH\x00\x42\x07\n\x05\x65vent2g\n\x0cTextToSpeech\x12W\n\x13StreamingSynthesize\x12\x1e.voicebot.v1.SynthesizeRequest\x1a\x1c.voicebot.v1.SynthesizeEvent(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15voicebot/v1/tts.proto\x12\x0bvoicebot.v1\"\x8f\x01\n\x0fSynthesisConfig\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\r\n\x05voice\x18\x03 \x01(\t\x12\x13\n\x0bsample_rate\x18\x04 \x01(\x05\x12\x10\n\x08language\x18\x05 \x01(\t\x12!\n\x19sentence_with_first_audio\x18\x06 \x01(\x08\"^\n\x11SynthesizeRequest\x12.\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1c.voicebot.v1.SynthesisConfigH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x42\t\n\x07request\".\n\x0fSentenceStarted\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\x99\x01\n\nAudioChunk\x12\r\n\x05pcm16\x18\x01 \x01(\x0c\x12\x13\n\x0bsample_rate\x18\x02 \x01(\x05\x12\x16\n\x0esentence_index\x18\x03 \x01(\x05\x12.\n\x08sentence\x18\x04 \x01(\x0b\x32\x1c.voicebot.v1.SentenceStarted\x12\x1f\n\x17sentence_started_ms_ago\x18\x05 \x01(\x02\"2\n\x0cSentenceDone\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x13\n\x0b\x64uration_ms\x18\x02 \x01(\x05\"9\n\x0eSynthesisError\x12\x16\n\x0esentence_index\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xe0\x01\n\x0fSynthesizeEvent\x12\x38\n\x10sentence_started\x18\x01 \x01(\x0b\x32\x1c.voicebot.v1.SentenceStartedH\x00\x12(\n\x05\x61udio\x18\x02 \x01(\x0b\x32\x17.voicebot.v1.AudioChunkH\x00\x12\x32\n\rsentence_done\x18\x03 \x01(\x0b\x32\x19.voicebot.v1.SentenceDoneH\x00\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1b.voicebot.v1.SynthesisErrorH\x00\x42\x07\n\x05\x65vent2g\n\x0cTextToSpeech\x12W\n\x13StreamingSynthesize\x12\x1e.voicebot.v1.SynthesizeRequest\x1a\x1c.voicebot.v1.SynthesizeEvent(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'voicebot.v1.tts_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SYNTHESISCONFIG']._serialized_start=38
-  _globals['_SYNTHESISCONFIG']._serialized_end=146
-  _globals['_SYNTHESIZEREQUEST']._serialized_start=148
-  _globals['_SYNTHESIZEREQUEST']._serialized_end=242
-  _globals['_SENTENCESTARTED']._serialized_start=244
-  _globals['_SENTENCESTARTED']._serialized_end=290
-  _globals['_AUDIOCHUNK']._serialized_start=292
-  _globals['_AUDIOCHUNK']._serialized_end=364
-  _globals['_SENTENCEDONE']._serialized_start=366
-  _globals['_SENTENCEDONE']._serialized_end=416
-  _globals['_SYNTHESISERROR']._serialized_start=418
-  _globals['_SYNTHESISERROR']._serialized_end=475
-  _globals['_SYNTHESIZEEVENT']._serialized_start=478
-  _globals['_SYNTHESIZEEVENT']._serialized_end=702
-  _globals['_TEXTTOSPEECH']._serialized_start=704
-  _globals['_TEXTTOSPEECH']._serialized_end=807
+  _globals['_SYNTHESISCONFIG']._serialized_start=39
+  _globals['_SYNTHESISCONFIG']._serialized_end=182
+  _globals['_SYNTHESIZEREQUEST']._serialized_start=184
+  _globals['_SYNTHESIZEREQUEST']._serialized_end=278
+  _globals['_SENTENCESTARTED']._serialized_start=280
+  _globals['_SENTENCESTARTED']._serialized_end=326
+  _globals['_AUDIOCHUNK']._serialized_start=329
+  _globals['_AUDIOCHUNK']._serialized_end=482
+  _globals['_SENTENCEDONE']._serialized_start=484
+  _globals['_SENTENCEDONE']._serialized_end=534
+  _globals['_SYNTHESISERROR']._serialized_start=536
+  _globals['_SYNTHESISERROR']._serialized_end=593
+  _globals['_SYNTHESIZEEVENT']._serialized_start=596
+  _globals['_SYNTHESIZEEVENT']._serialized_end=820
+  _globals['_TEXTTOSPEECH']._serialized_start=822
+  _globals['_TEXTTOSPEECH']._serialized_end=925
 # @@protoc_insertion_point(module_scope)

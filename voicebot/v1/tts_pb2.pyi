@@ -6,18 +6,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("session_id", "turn_id", "voice", "sample_rate", "language")
+    __slots__ = ("session_id", "turn_id", "voice", "sample_rate", "language", "sentence_with_first_audio")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_WITH_FIRST_AUDIO_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     turn_id: str
     voice: str
     sample_rate: int
     language: str
-    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate: _Optional[int] = ..., language: _Optional[str] = ...) -> None: ...
+    sentence_with_first_audio: bool
+    def __init__(self, session_id: _Optional[str] = ..., turn_id: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate: _Optional[int] = ..., language: _Optional[str] = ..., sentence_with_first_audio: _Optional[bool] = ...) -> None: ...
 
 class SynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")
@@ -36,14 +38,18 @@ class SentenceStarted(_message.Message):
     def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
 class AudioChunk(_message.Message):
-    __slots__ = ("pcm16", "sample_rate", "sentence_index")
+    __slots__ = ("pcm16", "sample_rate", "sentence_index", "sentence", "sentence_started_ms_ago")
     PCM16_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
     SENTENCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_STARTED_MS_AGO_FIELD_NUMBER: _ClassVar[int]
     pcm16: bytes
     sample_rate: int
     sentence_index: int
-    def __init__(self, pcm16: _Optional[bytes] = ..., sample_rate: _Optional[int] = ..., sentence_index: _Optional[int] = ...) -> None: ...
+    sentence: SentenceStarted
+    sentence_started_ms_ago: float
+    def __init__(self, pcm16: _Optional[bytes] = ..., sample_rate: _Optional[int] = ..., sentence_index: _Optional[int] = ..., sentence: _Optional[_Union[SentenceStarted, _Mapping]] = ..., sentence_started_ms_ago: _Optional[float] = ...) -> None: ...
 
 class SentenceDone(_message.Message):
     __slots__ = ("index", "duration_ms")
