@@ -291,7 +291,7 @@ async def test_a_failed_sentence_is_reported_and_the_next_one_is_spoken(scripted
         ("started", 2, "And the last one.")]
 
 
-async def test_asked_to_a_sentence_starts_on_its_first_chunk_and_reads_the_same(scripted_tts):
+async def test_when_asked_a_sentence_starts_on_its_first_chunk_and_reads_the_same(scripted_tts):
     """``sentence_with_first_audio``: no SentenceStarted message; each sentence's first chunk
     carries it, with how long ago it started; the record is the same as with the two apart."""
     addr, _engine = scripted_tts
@@ -307,7 +307,7 @@ async def test_asked_to_a_sentence_starts_on_its_first_chunk_and_reads_the_same(
     assert [r for e in events for r in as_records(e)] == await synthesize(addr, deltas)
 
 
-async def test_asked_to_a_failed_sentence_without_audio_is_never_started(scripted_tts):
+async def test_when_asked_a_failed_sentence_without_audio_is_never_started(scripted_tts):
     addr, _engine = scripted_tts
     told = await synthesize(addr, ["First one. Then FAIL here. ", "And the last one."], with_audio=True)
     assert kinds(told) == ["started", "audio", "done", "error", "started", "audio", "done"]
