@@ -146,17 +146,25 @@ class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
             index += 1
 
 
+def sentence_events(started: tts_pb2.SentenceStarted, chunks: list[tts_pb2.AudioChunk], on_audio: bool,
+                    started_ms_ago: float = 0.0) -> list[tts_pb2.SynthesizeEvent]:
+    """A sentence's start and audio as the real TTS sends them: a ``SentenceStarted`` of its own
+    first, or on the first chunk when the client asked for that (``sentence_with_first_audio``)."""
+    if on_audio and chunks:
+        chunks[0].sentence.CopyFrom(started)
+        chunks[0].sentence_started_ms_ago = started_ms_ago
+    events = [] if on_audio else [tts_pb2.SynthesizeEvent(sentence_started=started)]
+    return events + [tts_pb2.SynthesizeEvent(audio=chunk) for chunk in chunks]
+
+
 def _speak(sentence: str, index: int, rate: int, chunk_ms: int,
            with_audio: bool = False) -> list[tts_pb2.SynthesizeEvent]:
     total = len(sentence.split()) * WORD_MS * rate // 1000 * 2
     chunk = max(2, chunk_ms * rate // 1000 * 2)
-    started = tts_pb2.SentenceStarted(index=index, text=sentence)
-    events = [] if with_audio else [tts_pb2.SynthesizeEvent(sentence_started=started)]
-    events += [tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
-        pcm16=bytes(min(chunk, total - start)), sample_rate=rate, sentence_index=index))
-        for start in range(0, total, chunk)]
-    if with_audio and events:
-        events[0].audio.sentence.CopyFrom(started)  # rendered at once: 0 ms since it started
+    chunks = [tts_pb2.AudioChunk(pcm16=bytes(min(chunk, total - start)), sample_rate=rate,
+                                 sentence_index=index) for start in range(0, total, chunk)]
+    # Rendered at once: 0 ms between the sentence's start and its first chunk.
+    events = sentence_events(tts_pb2.SentenceStarted(index=index, text=sentence), chunks, with_audio)
     events.append(tts_pb2.SynthesizeEvent(sentence_done=tts_pb2.SentenceDone(
         index=index, duration_ms=total * 1000 // (2 * rate))))
     return events

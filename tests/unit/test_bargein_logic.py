@@ -19,6 +19,7 @@ from gateway.call import Call
 from gateway.config import GatewaySettings
 from gateway.protocol import SessionStart
 from gateway.turn import TurnTimings
+from tests.fakes.speech_servers import sentence_events
 from voicebot.v1 import brain_pb2, stt_pb2, tts_pb2
 
 RATE = 16000
@@ -255,14 +256,10 @@ class FakeTts:
                 if request.WhichOneof("request") == "config":
                     on_audio = request.config.sentence_with_first_audio
                     continue
+                chunks = [tts_pb2.AudioChunk(pcm16=b"\0" * (RATE // 10 * 2), sample_rate=RATE,
+                                             sentence_index=index) for _ in range(self.audio_ms // 100)]
                 started = tts_pb2.SentenceStarted(index=index, text=request.text)
-                if not on_audio:  # as the real TTS: on the first chunk when asked
-                    yield tts_pb2.SynthesizeEvent(sentence_started=started)
-                for n in range(self.audio_ms // 100):
-                    event = tts_pb2.SynthesizeEvent(audio=tts_pb2.AudioChunk(
-                        pcm16=b"\0" * (RATE // 10 * 2), sample_rate=RATE, sentence_index=index))
-                    if on_audio and n == 0:
-                        event.audio.sentence.CopyFrom(started)
+                for event in sentence_events(started, chunks, on_audio):
                     yield event
                 index += 1
 

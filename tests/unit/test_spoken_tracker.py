@@ -10,6 +10,7 @@ import pytest
 from gateway.playout import Playout
 from gateway.spoken import SpokenTracker
 from gateway.turn import TurnRunner, TurnTimings
+from tests.fakes.speech_servers import sentence_events
 from voicebot.v1 import tts_pb2
 
 RATE = 16000
@@ -88,16 +89,11 @@ def tts_events(on_audio: bool) -> list[tts_pb2.SynthesizeEvent]:
     SentenceStarted of its own or on its first chunk (``sentence_with_first_audio``), 40 ms
     after TTS began it."""
     events = []
-    for index, (text, chunks) in enumerate([("Tuesday at ten works.", 2), ("Shall I book it for you?", 1)]):
-        started = tts_pb2.SentenceStarted(index=index, text=text)
-        if not on_audio:
-            events.append(tts_pb2.SynthesizeEvent(sentence_started=started))
-        for n in range(chunks):
-            chunk = tts_pb2.AudioChunk(pcm16=bytes(500 * MS), sample_rate=RATE, sentence_index=index)
-            if on_audio and n == 0:
-                chunk.sentence.CopyFrom(started)
-                chunk.sentence_started_ms_ago = 40.0
-            events.append(tts_pb2.SynthesizeEvent(audio=chunk))
+    for index, (text, count) in enumerate([("Tuesday at ten works.", 2), ("Shall I book it for you?", 1)]):
+        chunks = [tts_pb2.AudioChunk(pcm16=bytes(500 * MS), sample_rate=RATE, sentence_index=index)
+                  for _ in range(count)]
+        events += sentence_events(tts_pb2.SentenceStarted(index=index, text=text), chunks, on_audio,
+                                  started_ms_ago=40.0)
     return events
 
 
