@@ -79,7 +79,7 @@ VARIANTS = {
                   "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
                   "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                   "GATEWAY_REPLY_PHRASE_CHARS": "1", "GATEWAY_STT_FINAL_WITH_END": "false",
-                  "GATEWAY_TTS_SENTENCE_WITH_AUDIO": "false"},
+                  "GATEWAY_TTS_SENTENCE_WITH_AUDIO": "false", "GATEWAY_WS_SEND_TOGETHER": "false"},
     # One change back at a time.
     # STT's final as a message of its own after the EndOfUtterance (the default until 2026-12-05,
     # twenty-fourth session).
@@ -87,6 +87,9 @@ VARIANTS = {
     # TTS's SentenceStarted as a message of its own before the sentence's first audio (the default
     # until 2026-12-05, twenty-fifth session).
     "sentence-apart": {"GATEWAY_TTS_SENTENCE_WITH_AUDIO": "false"},
+    # A reply's audio.start and its first frame in two writes to the socket (the default until
+    # 2026-12-05, twenty-sixth session).
+    "writes-apart": {"GATEWAY_WS_SEND_TOGETHER": "false"},
     "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
     "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
     "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0"},

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,20 +128,26 @@ class TurnChannel:
     async def event(self, kind: str, **fields: Any) -> None:
         await self.call.send_event(kind, **fields)
 
-    async def audio(self, frame: bytes) -> bool:
+    async def audio(self, frame: bytes, start: bool = False) -> bool:
         # Checked under the send lock: once `interrupt` is out, no frame of the turn follows,
         # and once the playout is paused, none until it resumes.
-        texts, data = self.call.wire_audio(self.turn.turn_id, frame)
-        sent = await self.call._send(texts=texts, data=data,
+        sent = await self.call._send(build=lambda: self._audio_messages(frame, start),
                                      still_valid=lambda: self._live() and not self.turn.playout.paused)
         return sent or not self._live()  # not live: the playout is stopped, the frame is moot
 
+    def _audio_messages(self, frame: bytes, start: bool) -> list[str | bytes]:
+        """The frame's messages, after ``audio.start`` when it starts the turn's audio (not when a
+        fallback after part of the reply continues it): one write, one read for the client."""
+        messages: list[str | bytes] = []
+        if start and not self.turn.announced:
+            messages += self.call.wire_event("audio.start", {"turn_id": self.turn.turn_id})
+            self.turn.announced = True
+        texts, data = self.call.wire_audio(self.turn.turn_id, frame)
+        return [*messages, *(texts or ()), *(() if data is None else (data,))]
+
     async def audio_event(self, kind: str) -> None:
-        if kind == "audio.start" and self.turn.announced:
-            return  # a fallback after part of the reply continues the same audio
-        sent = await self.call._send(texts=self.call.wire_event(kind, {"turn_id": self.turn.turn_id}),
-                                     still_valid=self._live)
-        self.turn.announced = self.turn.announced or (sent and kind == "audio.start")
+        await self.call._send(texts=self.call.wire_event(kind, {"turn_id": self.turn.turn_id}),
+                              still_valid=self._live)
 
 
 class Call:
@@ -163,6 +170,7 @@ class Call:
         self.turn: ActiveTurn | None = None
         self.previous_reply: brain_pb2.SpokenPart | None = None
         self._send_lock = asyncio.Lock()
+        self._send_together: ws_direct.SendTogether | None = None  # set in run() where the server has it
         self._stt: SttLink | None = None
         self._pending_timings: TurnTimings | None = None
         # Root `turn` spans opened at speech onset, by utterance, until a turn takes them.
@@ -214,23 +222,28 @@ class Call:
         if text is not None:
             await self._send(text=text)
 
-    async def _send(self, text: str | None = None, data: bytes | None = None,
-                    still_valid=lambda: True, texts: list[str] | None = None) -> bool:
+    async def _send(self, text: str | None = None, still_valid=lambda: True, texts: list[str] | None = None,
+                    build: Callable[[], list[str | bytes]] | None = None) -> bool:
         """False only when ``still_valid()`` said no (a closed socket swallows the message).
-        ``texts`` go out together, under one hold of the lock: no other task's message between."""
+        ``texts`` (or ``text``) go out together, under one hold of the lock (no other task's
+        message between) and in one write where the protocol can. ``build`` makes the messages
+        instead, once ``still_valid()`` said yes: for encoders that change the call's state (a
+        wire protocol that opens a response with its first message)."""
         if self.ws.application_state != WebSocketState.CONNECTED:
             return True
         async with self._send_lock:
             if not still_valid():
                 return False
+            messages: list[str | bytes] = (build() if build is not None else texts if texts is not None
+                                           else [] if text is None else [text])
+            if len(messages) > 1 and self._send_together is not None and self._send_together(messages):
+                return True
             with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                if texts is not None:
-                    for item in texts:
-                        await self.ws.send_text(item)
-                elif text is not None:
-                    await self.ws.send_text(text)
-                elif data is not None:
-                    await self.ws.send_bytes(data)
+                for message in messages:
+                    if isinstance(message, bytes):
+                        await self.ws.send_bytes(message)
+                    else:
+                        await self.ws.send_text(message)
         return True
 
     # ---- receiving -----------------------------------------------------
@@ -239,6 +252,8 @@ class Call:
         # a wire protocol with its own audio handling keeps every message on the awaited path.
         direct = self.settings.ws_direct_frames and type(self)._on_audio is Call._on_audio
         ws_direct.register(self.ws.scope, self._audio_now if direct else None)
+        if self.settings.ws_send_together:
+            self._send_together = ws_direct.send_together(self.ws.scope)
         try:
             while True:
                 message = await self.ws.receive()

@@ -112,6 +112,11 @@ class GatewaySettings(BaseSettings):
     # (gateway/ws_direct.py: no task switch and no pause of the socket per frame). false: every
     # message through uvicorn's own protocol, as before (the bench's variant `asgi-frames`).
     ws_direct_frames: bool = True
+    # Messages that go out together (a reply's audio.start and its first frame; a protocol's
+    # several messages for one event) in one write to the socket, not one each, where the
+    # server's protocol is the gateway's own (gateway/ws_direct.py). false: one write each (the
+    # bench's variant `writes-apart`).
+    ws_send_together: bool = True
     # Concurrent sessions this process takes; more are refused (error `overloaded`, close 1013). 0 = no cap.
     max_sessions: int = 200
     # New sessions are refused too while the event loop wakes this late (the process gets less CPU

@@ -93,11 +93,12 @@ class TurnOutput(Protocol):
     async def event(self, kind: str, **fields: Any) -> None:
         """A text event of the turn (reply.delta, reply.done)."""
 
-    async def audio(self, frame: bytes) -> bool:
-        """One audio frame; False when it was held back (the playout is paused)."""
+    async def audio(self, frame: bytes, start: bool = False) -> bool:
+        """One audio frame, led by ``audio.start`` when ``start`` (the two sent together); False
+        when it was held back (the playout is paused): then neither went out."""
 
     async def audio_event(self, kind: str) -> None:
-        """audio.start / audio.end: dropped once the turn is interrupted."""
+        """audio.end: dropped once the turn is interrupted."""
 
 
 class TurnFailed(Exception):
@@ -256,10 +257,9 @@ class TurnRunner:
 
         async def send(frame: bytes) -> bool:
             nonlocal started
-            if not started:
-                await self.output.audio_event("audio.start")
-                started = True
-            return await self.output.audio(frame)
+            sent = await self.output.audio(frame, start=not started)
+            started = started or sent
+            return sent
 
         await playout.run(send)
         if started and not playout.stopped:

@@ -381,6 +381,49 @@ async def test_a_filler_while_the_bot_speaks_pauses_it_and_then_it_goes_on(toget
     await call.close()
 
 
+def written_together(call: Call) -> list[list[str]]:
+    """Records what the call sends together (one write to the socket under the real server) as
+    kinds; declines, so the fake socket still gets each message."""
+    batches: list[list[str]] = []
+
+    def together(messages: list[str | bytes]) -> bool:
+        batches.append(["audio" if isinstance(m, bytes) else json.loads(m)["type"] for m in messages])
+        return False
+
+    call._send_together = together
+    return batches
+
+
+async def test_a_replys_audio_start_goes_out_together_with_its_first_frame():
+    call, ws = make_call(FakeBrain(), FakeTts(audio_ms=300))
+    batches = written_together(call)
+    call._start_turn("When do you open?", _timings())
+    await until(lambda: "turn.metrics" in ws.kinds())
+
+    assert ws.kinds()[ws.kinds().index("audio.start") + 1] == "audio"
+    assert [batch for batch in batches if "audio.start" in batch] == [["audio.start", "audio"]]
+    await call.close()
+
+
+async def test_a_reply_paused_before_its_first_frame_announces_its_audio_only_with_that_frame():
+    brain = FakeBrain(think_s=0.1)
+    call, ws = make_call(brain, FakeTts(audio_ms=300))
+    batches = written_together(call)
+    call._start_turn("When do you open?", _timings())
+    await until(lambda: len(brain.requests) == 1)  # the brain is thinking
+    await call._on_stt_event(speech_started(0, onset_ms=1000))  # the reply is paused
+    await asyncio.sleep(0.4)  # made meanwhile, and held
+    assert "audio.start" not in ws.kinds() and ws.audio_frames() == 0
+    await call._on_stt_event(transcript(0, "Uh", 1000, 1400, final=False))
+    await utterance_ends(call, 0, "Up.", 1000, 1100, together=True)  # a false start: it goes on
+    await until(lambda: "turn.metrics" in ws.kinds())
+
+    assert "interrupt" not in ws.kinds() and len(brain.requests) == 1
+    assert ws.kinds()[ws.kinds().index("audio.start") + 1] == "audio"
+    assert [batch for batch in batches if "audio.start" in batch] == [["audio.start", "audio"]]
+    await call.close()
+
+
 async def test_speech_that_goes_on_is_confirmed_by_its_length_not_by_a_burst_of_audio():
     call, ws = make_call(FakeBrain(), FakeTts(audio_ms=3000), barge_in_min_speech_ms=400)
     call._start_turn("When do you open?", _timings())
