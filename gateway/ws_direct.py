@@ -89,7 +89,8 @@ class DirectFramesProtocol(WebSocketsSansIOProtocol):
         would wait or refuse: the socket's buffer full (flow control), the connection closing
         or closed, or no WebSocket to send on (the handshake answered over HTTP)."""
         if (self.disconnected or self.close_sent or not self.handshake_complete
-                or self.initial_response is not None or not self.writable.is_set()):
+                or self.initial_response is not None or not self.writable.is_set()
+                or self.transport.is_closing()):
             return False
         try:
             for message in messages:

@@ -412,7 +412,9 @@ async def test_a_reply_paused_before_its_first_frame_announces_its_audio_only_wi
     call._start_turn("When do you open?", _timings())
     await until(lambda: len(brain.requests) == 1)  # the brain is thinking
     await call._on_stt_event(speech_started(0, onset_ms=1000))  # the reply is paused
-    await asyncio.sleep(0.4)  # made meanwhile, and held
+    await until(lambda: call.turn.spoken.received_ms >= 300)  # made meanwhile, and held
+    await asyncio.sleep(0.05)
+    assert call.turn.playout.paused
     assert "audio.start" not in ws.kinds() and ws.audio_frames() == 0
     await call._on_stt_event(transcript(0, "Uh", 1000, 1400, final=False))
     await utterance_ends(call, 0, "Up.", 1000, 1100, together=True)  # a false start: it goes on

@@ -183,6 +183,23 @@ def test_sending_together_declines_once_the_connection_cannot_take_them():
     protocol.disconnected, protocol.close_sent, protocol.handshake_complete = True, False, True
     protocol.initial_response = None
     protocol.writable = asyncio.Event()
+    protocol.transport = ClosingTransport()
     assert protocol.send_together(["a", b"b"]) is False  # the client is gone
     protocol.disconnected = False
     assert protocol.send_together(["a", b"b"]) is False  # its buffer is full: flow control
+    protocol.writable.set()
+    assert protocol.send_together(["a", b"b"]) is False  # the socket is being closed
+    assert protocol.transport.written == []
+
+
+class ClosingTransport:
+    written: list[bytes]
+
+    def __init__(self) -> None:
+        self.written = []
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
