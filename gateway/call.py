@@ -234,8 +234,12 @@ class Call:
         async with self._send_lock:
             if not still_valid():
                 return False
-            messages: list[str | bytes] = (build() if build is not None else texts if texts is not None
-                                           else [] if text is None else [text])
+            if build is not None:
+                messages: list[str | bytes] = build()
+            elif texts is not None:
+                messages = list(texts)
+            else:
+                messages = [] if text is None else [text]
             if len(messages) > 1 and self._send_together is not None and self._send_together(messages):
                 return True
             with contextlib.suppress(WebSocketDisconnect, RuntimeError):
@@ -266,6 +270,7 @@ class Call:
                         return
         finally:
             ws_direct.register(self.ws.scope, None)  # the protocol no longer holds the call
+            self._send_together = None  # nor the call the protocol
             await self.close()
 
     async def _on_text(self, raw: str) -> bool:
