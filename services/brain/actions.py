@@ -65,7 +65,7 @@ class Actions:
         return sentence(self.sentences.confirm.format(action=action.action))
 
     async def run(self, state: SessionState, action: PendingAction, user_id: str, session_id: str,
-                  turn_id: str, tool: Tool | None) -> WriteOutcome:
+                  turn_id: str, tool: Tool | None, done: str = "") -> WriteOutcome:
         """Run the action once; the state after it is persisted before this returns."""
         call = ToolCall(new_call_id(), action.tool, json.dumps(action.args))
         if tool is None:  # the tool server no longer offers it: provably not run
@@ -75,7 +75,7 @@ class Actions:
             ctx = ToolContext(user_id, session_id, turn_id, {},
                               idempotency_key=f"{session_id}:{action.id}")
             result = await self.dispatcher.run(tool, call, dict(action.args), ctx)
-            outcome = self._outcome(state, action, tool, result)
+            outcome = self._outcome(state, action, tool, result, done)
         snapshot = state.model_copy(deep=True)
 
         def keep(history: Any) -> None:
@@ -85,13 +85,14 @@ class Actions:
         return outcome
 
     def _outcome(self, state: SessionState, action: PendingAction, tool: Tool,
-                 result: ToolResult) -> WriteOutcome:
+                 result: ToolResult, done: str = "") -> WriteOutcome:
         if result.outcome == "succeeded":
             value = self.references.present(result.content.get("result") or {}, state)
-            values = {**(value if isinstance(value, dict) else {}), **self._spoken_args(action, state),
-                      "action": action.action}
-            said = render(tool.spec.done, values) if tool.spec.done else \
-                self.sentences.done.format(action=action.action)
+            # What was read back (the task's fields as heard), then the result's own fields.
+            values = {**state.task, **(value if isinstance(value, dict) else {}),
+                      **self._spoken_args(action, state), "action": action.action}
+            template = done or tool.spec.done
+            said = render(template, values) if template else self.sentences.done.format(action=action.action)
             state.completed(f"done: {action.action}")
             return WriteOutcome("done", sentence(said), result=result)
         if result.outcome == "unavailable":  # the server was unreachable: provably not done

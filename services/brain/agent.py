@@ -1,26 +1,24 @@
-"""The agent loop: one turn in, a streamed reply out.
+"""The brain's turn: one caller's words in, code's reply streamed out.
 
 Per turn:
 1. The topic guard starts together with the turn (unless the caller's words are
    a short dialogue act inside an ongoing task: a yes, a no, a number, a name).
    Until it passes, text is held back and tools wait; if it blocks, the turn is
    cancelled, nothing is stored and a fixed sentence is spoken.
-2. The dialog policy decides first (policy.py): code answers, runs the pending
-   action the caller just confirmed, or lets the model answer with a note. A
-   domain hook may propose a write by rule before the model is asked.
-3. The model loop calls the LLM with the context in a fixed order (context.py),
-   streams speakable text, and runs read-only tools. A call to a write tool never
-   runs: it becomes the one pending action, the loop ends and code reads it back.
-4. Code stops the loop: caps on LLM calls, tokens, wall time, and a repeated
-   identical call; then one last call without tools answers from what was found.
-5. Only a completed turn is written to history (a cancelled one stores nothing),
-   and every turn leaves a record of its LLM calls, tools and verdicts.
+2. Code decides everything (``conversation.py``): the answer to a read-back, the
+   reading of the words (rules, embeddings, the model under a JSON schema), the
+   task's next question, the finder's lookup, the read-back, the confirmed write.
+   The model only reads; nothing it writes is spoken or run.
+3. A question is answered from the business's knowledge only (``answers.py``).
+4. Only a completed turn is written to history (a cancelled one stores nothing),
+   and every turn leaves a record of its decision, reading and tools.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import time
@@ -31,42 +29,33 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from services.brain.actions import Actions, WriteOutcome
-from services.brain.change_fields import UNCHANGED, parse_fields, response_format
+from services.brain.answers import Answers, KnowledgeSearch
 from services.brain.config import BrainSettings
-from services.brain.context import build_messages, state_block, state_text
-from services.brain.dialog import (
-    CONFIRMATION_SCHEMA,
-    Decision,
-    classify_confirmation,
-    confirmation_prompt,
-    handoff_summary,
-    is_clarification,
-    is_dialogue_act,
-)
+from services.brain.conversation import Conversation, Decision
+from services.brain.dialog import handoff_summary, is_dialogue_act
+from services.brain.form import Forms, ReadTool
 from services.brain.guard import GuardVerdict, TopicGuard
-from services.brain.hooks import DomainHooks, HookContext, HookResult
 from services.brain.llm import ChatChunk, ChatFunction, LLMRequestError, LLMUnavailable
 from services.brain.metrics import (
     GUARD_BLOCKS,
     HANDOFFS,
-    LLM_CALL_SECONDS,
+    KNOWLEDGE_ANSWERS,
     LLM_FALLBACKS,
     LLM_TOKENS,
     LLM_TTFT_SECONDS,
-    LOOP_STOPS,
-    READ_BACKS_MIMICKED,
+    READINGS,
 )
-from services.brain.mimicry import ReadBackMimicry
-from services.brain.policy import Continue, Reply, RunPending, decide, next_model_turn
 from services.brain.prefill import WordsPrefill, key_of
 from services.brain.profile import Profile
-from services.brain.prompts import system_prompt
-from services.brain.references import References, UnknownReference
+from services.brain.reading import IntentPicker, Reader, intent_examples, reading_prompt
+from services.brain.references import References
 from services.brain.refusals import is_refusal
+from services.brain.sentence_encoder import SentenceEncoder
 from services.brain.session_store import ReadAhead, SessionHistory, SessionStore, Turn
 from services.brain.spoken import SpokenTextCleaner
-from services.brain.state import SessionState
-from services.brain.toolcalls import StructuredCallAccumulator, TextToolCallFilter, ToolCall, new_call_id
+from services.brain.state import PendingAction, SessionState
+from services.brain.tasks import TaskError, build_tasks
+from services.brain.toolcalls import ToolCall, new_call_id
 from services.brain.tools import Dispatcher, ToolContext, ToolKind, ToolRegistry, ToolResult
 from voicebot.common.metrics import REDIS_ERRORS
 from voicebot.common.telemetry import tracer
@@ -75,8 +64,6 @@ from voicebot.v1 import brain_pb2
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 _END = object()
-ANSWER_NOW = "Tools are no longer available this turn: answer the caller now from what you found."
-UNREACHABLE = ("unavailable", "timeout")
 
 
 class StaleRead(Exception):
@@ -103,14 +90,6 @@ class TurnRun:
     tokens: int = 0
     stop: str | None = None
     fallback: bool = False
-    note: str = ""  # for this turn's model calls only
-    # The caller is changing the pending action: the turn's first model call must be a tool call
-    # (a new proposal, or the lookup it needs), never text that reads a change back itself.
-    tool_required: bool = False
-    context: str | None = None  # the state block of this turn's prompts ("": none; stored with the turn)
-    screen_later: bool = False  # a change read by code: screened only if the model loop answers
-    proposed: bool = False  # a write became the pending action: code reads it back
-    unreachable: bool = False  # a tool server was down: code says it cannot check
     first_text_at: float | None = None
     record: dict[str, Any] = field(default_factory=dict)
     # Cleared while the topic guard's screen judges the words; set again once it passed them or
@@ -140,28 +119,33 @@ class Agent:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         profile: Profile | None = None,
-        hooks: DomainHooks | None = None,
         side_chat: ChatFunction | None = None,
+        knowledge: KnowledgeSearch | None = None,
+        encoder: SentenceEncoder | None = None,
+        today: Callable[[], datetime.date] = datetime.date.today,
     ) -> None:
         self.settings = settings
         self.profile = profile or Profile()
         self.sentences = self.profile.sentences
         self.chat = chat
-        # Short side calls (the yes/no classifier), on a slot of their own where the server has
-        # slots, so the session's cached prompt is not evicted by them.
+        # Short side calls, on a slot of their own where the server has slots.
         self.side_chat = side_chat or chat
         self.store = store
         self.references = References(self.profile.references, self.profile.hidden_fields)
         self.tools = tools or ToolRegistry()
         self.dispatcher = Dispatcher(self.tools, sleep)
         self.actions = Actions(self.dispatcher, self.references, self.sentences, store)
-        self.hooks = hooks or DomainHooks()
         self.guard = guard
         self.limits = limits or LoopLimits(settings.max_llm_calls, settings.max_turn_tokens,
                                            settings.max_turn_seconds)
         self.clock = clock
-        self.system = system_prompt(self.profile)
-        self.empty_state = state_text(SessionState().model_view())
+        tasks = build_tasks(self.profile, self.tools)
+        self.forms = Forms(tasks, self.sentences, self.references, today)
+        picker = IntentPicker(encoder, intent_examples(self.profile, tasks)) if encoder else None
+        self.reader = Reader(chat, tasks, f"{self.profile.name}, {self.profile.purpose}", picker)
+        self.answers = Answers(knowledge, self.sentences, lambda: self.conversation.can_help(),
+                               knowledge_tools(self.profile, self.tools))
+        self.conversation = Conversation(self.profile, self.forms, self.reader, self.answers, today)
         self.words_prefill = WordsPrefill(self._prime_words, settings.prefill_on_words_max)
         self._background: set[asyncio.Task] = set()
 
@@ -170,8 +154,9 @@ class Agent:
         guard's prompt once at start, so the first caller does not pay a cold prefill
         (seconds on a CPU); the LLM server's prompt cache keeps them."""
         started = time.perf_counter()
-        messages = build_messages(self.system, [], "Hello.", [], "")
-        warmed = await self._warm("the main prompt", lambda: self._prime(messages))
+        messages = reading_prompt(self.reader.business, self.forms.tasks,
+                                  self.reader.fields_for(SessionState(), None), "", "Hello.")
+        warmed = await self._warm("the reading prompt", lambda: self._prime(messages))
         if self.guard is not None:
             warmed = await self._warm("the guard's prompt", self.guard.warm) and warmed
         if warmed:
@@ -239,8 +224,7 @@ class Agent:
         events: asyncio.Queue = asyncio.Queue()
         passed = asyncio.Event()
         guard = None
-        turn.screen_later = self.guard is not None and self._change_read_by_code(turn)
-        if self.guard is not None and not self._skips_guard(turn) and not turn.screen_later:
+        if self.guard is not None and not self._skips_guard(turn):
             # The reply's first model call waits for the screen (~7 ms; ``guard_screen_first``):
             # when the LLM must judge, the guard's call reaches the LLM server first and the two
             # prefill in one batch. Sent behind the reply's, the guard's prefill waited for it,
@@ -255,8 +239,7 @@ class Agent:
             if not unconfirmed:
                 passed.set()
             if self.guard is not None:
-                turn.record["guard"] = {"allowed": True, "reason": (
-                    "a change to the read-back" if turn.screen_later else "dialogue act in an ongoing task")}
+                turn.record["guard"] = {"allowed": True, "reason": "dialogue act in an ongoing task"}
         cleared = asyncio.Event()  # the guard passed and the turn is committed: tools may run
         clearing = asyncio.create_task(self._clear(turn, passed, committed, cleared))
         main = asyncio.create_task(self._main(turn, cleared, events))
@@ -311,40 +294,17 @@ class Agent:
         request = turn.request
         said = Turn(request.turn_id, request.text, self.sentences.blocked)
         try:
-            history = await self.store.update(request.user_id, request.session_id,
-                                              lambda h: h.turns.append(said))
+            await self.store.update(request.user_id, request.session_id, lambda h: h.turns.append(said))
         except RedisError as exc:
             REDIS_ERRORS.labels("brain").inc()
             log.error("could not store the blocked turn", extra={"error": repr(exc)})
             return
-        if self.settings.prefill_after_reply:  # the next prompt carries this exchange too
-            self._in_background(self._prefill(history, request))
-
-    def _change_read_by_code(self, turn: TurnRun) -> bool:
-        """A change to the pending action, so called by the rules, where the hooks read changes as
-        fields: all the turn can say is code's read-back or code's question, unless it falls to
-        the model loop, which is screened first (``_screen_late``). Not screening it at the start
-        keeps the guard's prefill off the change's own (measured: 0.5-0.8 s of two cores)."""
-        return (turn.state.pending is not None and self.hooks.change_fields is not None
-                and classify_confirmation(turn.request.text) is Decision.CORRECTION)
-
-    async def _screen_late(self, turn: TurnRun, events: asyncio.Queue) -> bool:
-        """The guard for a change that was not screened at the start and goes to the model loop
-        after all; False when it blocks (the Blocked event is queued, and nothing is stored)."""
-        if not turn.screen_later or self.guard is None:
-            return True
-        verdict = await self.guard.check(turn.request.text, turn.request.language)
-        turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
-                                "by": verdict.by, "ms": round(verdict.seconds * 1000), "late": True}
-        if not verdict.allowed:
-            await events.put(self._blocked(turn, verdict))
-        return verdict.allowed
 
     def _skips_guard(self, turn: TurnRun) -> bool:
         """Short dialogue acts inside an ongoing task are never screened (a bare "No." is not
         off-topic when the bot just asked a question)."""
         state, last = turn.state, turn.last_turn()
-        ongoing = state.pending is not None or bool(state.task) or (
+        ongoing = state.pending is not None or state.form is not None or (
             last is not None and last.assistant.rstrip().endswith("?"))
         return ongoing and is_dialogue_act(turn.request.text)
 
@@ -458,23 +418,8 @@ class Agent:
         reply = turn.reply() or self.sentences.fallback
         turn.record["reply"] = reply
         turn.record["dialog_state"] = turn.state.mode.value
-        # Reached only when the turn completed: nothing half-finished is stored. The steps of a
-        # turn code carried alone (a hook's lookup and proposal, read back by code) are left out:
-        # no prompt had them, so no cache needs them, and the next prompt's state block holds
-        # what came of them (the pending action, the collected fields, the references with their
-        # labels). Stored, they were ~420 tokens the LLM server prefilled after the read-back
-        # (10 s on two cores), ahead of the caller's answer to it.
-        # Each model call is recorded as sent; one that read a change as fields saw no steps.
-        saw_steps = any(call.get("purpose") != "change_fields" for call in turn.record["llm_calls"])
-        steps = turn.steps if saw_steps else []
-        # No state block either for a change read back from its fields (``turn.context`` is
-        # unset): the next prompt breaks off at this turn (11-18 tokens more to prefill after the
-        # read-back), but shows the model only the current booking. Stored, the superseded
-        # blocks stayed in the history and the packaged model took an older time from them:
-        # "move it to the weekend" after "do eight instead" came back at 19:00 (the captured
-        # prompt replayed: 20:00 without the older blocks).
-        stored = Turn(request.turn_id, request.text, reply, steps=steps, context=turn.context or "",
-                      refused=is_refusal(reply))
+        # Reached only when the turn completed: nothing half-finished is stored.
+        stored = Turn(request.turn_id, request.text, reply, refused=is_refusal(reply))
         state = turn.state
 
         def append(history: SessionHistory) -> None:
@@ -485,11 +430,9 @@ class Agent:
         try:
             # From the history the turn read, and with the turn's record: one Redis round trip
             # per turn's end, not three.
-            history = await self.store.update(request.user_id, request.session_id, append,
-                                              read=turn.history, record=self._record_of(turn, outcome))
+            await self.store.update(request.user_id, request.session_id, append,
+                                    read=turn.history, record=self._record_of(turn, outcome))
             recorded = True
-            if self.settings.prefill_after_reply and not turn.fallback:
-                self._in_background(self._prefill(history, request))
         except RedisError as exc:
             # The caller already heard the reply: a lost history write must not turn it into
             # an error. The next turn goes on from the last state Redis kept.
@@ -512,150 +455,106 @@ class Agent:
             await events.put(exc)
 
     async def _decide_and_answer(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
-        decision = await decide(turn.state, turn.request.text, turn.request.turn_id, turn.last_turn(),
-                                self.sentences, self._classify)
-        turn.record["decision"] = type(decision).__name__
-        if isinstance(decision, Reply):
-            if decision.handoff:
-                await self.handoff(turn, events, decision.handoff, decision.text)
-            else:
-                await self.say(turn, events, decision.text)
-            return
-        if isinstance(decision, RunPending):
-            await passed.wait()  # no write before the topic guard has passed the turn
-            outcome = await self._execute(turn, decision)
-            if outcome.status != "refused":
-                if outcome.status == "unknown":
-                    await self.handoff(turn, events, "unknown_outcome", outcome.say)
-                else:
-                    await self.say(turn, events, outcome.say)
-                return
-            turn.note = outcome.note  # refused: the model tells the caller and looks for alternatives
-        else:
-            turn.note = decision.note
-            turn.tool_required = decision.correcting is not None
-            if await self._hook_proposes(turn, passed, events, decision):
-                return
-        if not await self._screen_late(turn, events):
-            return
-        await self._loop(turn, passed, events)
-        await self._after_loop(turn, events)
+        """Code decides (``conversation.py``); this carries it out: a handoff, the confirmed
+        action run once, or code's words, after an answer from the business's knowledge."""
+        request = turn.request
 
-    async def _execute(self, turn: TurnRun, decision: RunPending) -> WriteOutcome:
+        async def read(name: str, arguments: dict[str, Any]) -> ToolResult:
+            await passed.wait()  # tools wait for the topic guard
+            return await self._read_tool(turn, name, arguments, events)
+
+        decision = await self.conversation.decide(turn.state, request.text, request.turn_id,
+                                                  turn.last_turn(), read)
+        self._record_decision(turn, decision)
+        if decision.fallback:
+            LLM_FALLBACKS.inc()
+            turn.fallback = True
+        if decision.handoff:
+            await self.handoff(turn, events, decision.handoff, decision.say)
+            return
+        if decision.run is not None:
+            await passed.wait()  # no write before the topic guard has passed the turn
+            await self._run_confirmed(turn, decision.run, read, events)
+            return
+        text = decision.say
+        if decision.answer_question:
+            answer = await self.answers.answer(decision.answer_question, request.language or "en", read)
+            turn.record["answer"] = answer.record
+            KNOWLEDGE_ANSWERS.labels("yes" if answer.known else "no").inc()
+            said = answer.text if answer.known or not text else self.sentences.unknown_fact
+            text = " ".join(filter(None, [said, text]))
+            if not answer.known and not decision.say and turn.state.form is None:
+                turn.state.understood(False)
+        await self.say(turn, events, text)
+
+    def _record_decision(self, turn: TurnRun, decision: Decision) -> None:
+        """What code decided and how the words were read; the values themselves stay out of the
+        record (personal data): only which fields were read, and by what."""
+        turn.record["decision"] = ("handoff" if decision.handoff else "run" if decision.run else
+                                   "answer" if decision.answer_question else "say")
+        if decision.read is not None:
+            READINGS.labels(decision.read.by).inc()
+            turn.record["reading"] = {"intent": decision.read.intent, "by": decision.read.by,
+                                      "fields": sorted(decision.read.values),
+                                      **{k: v for k, v in decision.read.record.items() if k != "reading"}}
+        form = turn.state.form
+        if form is not None:
+            turn.record["form"] = {"task": form.task, "have": sorted(form.values), "asking": form.asking}
+
+    async def _run_confirmed(self, turn: TurnRun, action: PendingAction, read: ReadTool,
+                             events: asyncio.Queue) -> None:
+        outcome = await self._execute(turn, action)
+        if outcome.status == "unknown":
+            await self.handoff(turn, events, "unknown_outcome", outcome.say)
+        elif outcome.status == "refused" and self._finds_again(turn.state):
+            # The business said no (the slot was just taken): nothing was done; code looks again
+            # and offers what is possible now.
+            step = await self.forms.advance(turn.state, turn.request.turn_id, read)
+            await self.say(turn, events, f"{self.sentences.not_done} {step.say}")
+        elif outcome.status == "refused":
+            turn.state.form = None
+            await self.say(turn, events, f"{self.sentences.not_done} {self.sentences.anything_else}")
+        else:
+            await self.say(turn, events, outcome.say)
+
+    def _finds_again(self, state: SessionState) -> bool:
+        """After a refusal, a task with finders looks again (what is free now); one without
+        would only propose the same refused action again."""
+        form = state.form
+        return form is not None and bool(self.forms.tasks[form.task].finders)
+
+    async def _execute(self, turn: TurnRun, action: PendingAction) -> WriteOutcome:
         request, state = turn.request, turn.state
-        action = state.take_pending()
+        task = self.forms.tasks.get(action.tool)
+        state.take_pending()
         # The write finishes and is recorded even if the caller interrupts now (barge-in).
         outcome = await asyncio.shield(self.actions.run(
             state, action, request.user_id, request.session_id, request.turn_id,
-            self.tools.get(action.tool)))
+            self.tools.get(action.tool), done=task.done if task else ""))
         turn.record["tools"].append({"name": action.tool, "confirmed": True, "action": action.action,
                                      "outcome": outcome.result.outcome if outcome.result else outcome.status,
                                      "attempts": outcome.result.attempts if outcome.result else 0})
         return outcome
 
-    async def _hook_proposes(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue,
-                             decision: Continue) -> bool:
-        """A domain hook may carry a common path by rule; its proposal is read back like any other."""
-
-        async def read(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-            await passed.wait()  # tools wait for the topic guard
-            [result] = await self.run_tools(turn, "", [ToolCall(new_call_id(), name, json.dumps(arguments))],
-                                            events, read_only=True)
-            turn.steps.append(result.message())
-            return json.loads(result.message()["content"])
-
-        ctx = HookContext(turn.request.text, turn.request.language or "en", turn.state.task,
-                          frozenset(spec.name for spec in self.tools.specs()), read, decision.correcting)
-        result = await self.hooks.before_model(ctx)
-        if result is None and decision.correcting is not None and self.hooks.change_fields:
-            result = await self._from_change_fields(turn, ctx)
-        if turn.unreachable:  # the hook's lookup found the tool server down
-            await self.say(turn, events, self.sentences.tool_unavailable)
-            return True
-        if result is None:
-            return False
-        if result is UNCHANGED:
-            # The model read no change into the words: code asks, rather than read back the same.
-            await self.say(turn, events, self.sentences.ask_what_to_change)
-            return True
-        if result.note:
-            turn.note = " ".join(filter(None, [turn.note, result.note]))
-            # The hook looked the change up and has something to say about it (no table then):
-            # the model tells the caller; a tool call is no longer what must come first.
-            turn.tool_required = False
-        if result.propose is None:
-            return False
-        await passed.wait()
-        name, arguments = result.propose
+    async def _read_tool(self, turn: TurnRun, name: str, arguments: dict[str, Any],
+                         events: asyncio.Queue) -> ToolResult:
+        """A read-only tool code calls for the form (a finder, a lookup); never a write."""
+        request = turn.request
         call = ToolCall(new_call_id(), name, json.dumps(arguments))
-        [proposal] = await self.run_tools(turn, "", [call], events)
-        turn.steps.append(proposal.message())
-        if turn.proposed:
-            await self.say(turn, events, self.actions.confirm_sentence(turn.state.pending))
-            return True
-        return False
-
-    async def _from_change_fields(self, turn: TurnRun, ctx: HookContext) -> HookResult | None:
-        """The model reads the change as the hook's fields (``change_fields``), over this turn's
-        prompt, the tools included (they are part of the cached prefix); the hook proposes from
-        them. ``UNCHANGED`` when they are what was read back. The state block is not fixed for
-        the turn here: a note the hook adds must still reach the model calls after this one, and
-        a turn code reads back from the fields is stored without it (``_finish``)."""
-        spec = self.hooks.change_fields
-        assert spec is not None
-        context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
-        messages = self._change_messages(turn, context)
-        record: dict[str, Any] = {"purpose": "change_fields", "messages": len(messages)}
-        turn.record["llm_calls"].append(record)
-        parts: list[str] = []
-        started = time.perf_counter()
-        try:
-            # tool_choice "none": the answer is the fields, never a tool call. Under "auto" vLLM's
-            # structured output shuts tool calls out, or is dropped by the fix proposed for
-            # vllm#39929; under "none" the format holds, and the tools stay in the prompt (also in
-            # llama-server's: the cached prefix is the same).
-            async for chunk in self.chat(messages, tools=self.tools.definitions() or None,
-                                         max_tokens=spec.max_tokens, tool_choice="none",
-                                         response_format=response_format(spec)):
-                parts.append(chunk.text)
-                self._count(turn, chunk, record)
-            fields = parse_fields("".join(parts), spec)
-        except (LLMUnavailable, LLMRequestError, ValueError) as exc:
-            log.info("no usable change fields from the model", extra={"error": str(exc)[:200]})
-            record["error"] = str(exc)[:200]
-            return None  # the turn goes on without them
-        finally:
-            LLM_CALL_SECONDS.observe(time.perf_counter() - started)
-            record["ms"] = round((time.perf_counter() - started) * 1000)
-        record["fields"] = fields
-        if all(ctx.task.get(key) == value for key, value in fields.items()):
-            return UNCHANGED
-        return await self.hooks.from_fields(ctx, fields)
-
-    async def _classify(self, read_back: str, reply: str) -> Decision:
-        """Structured-output call, only when the rules could not tell yes from no."""
-        parts: list[str] = []
-        try:
-            async for chunk in self.side_chat(confirmation_prompt(read_back, reply), max_tokens=20,
-                                         response_format={"type": "json_schema", "json_schema": {
-                                             "name": "confirmation", "schema": CONFIRMATION_SCHEMA}}):
-                parts.append(chunk.text)
-            return Decision(json.loads("".join(parts))["decision"])
-        except (LLMUnavailable, LLMRequestError, ValueError, KeyError, TypeError) as exc:
-            log.info("confirmation unclear", extra={"error": repr(exc)})
-            return Decision.UNCLEAR
-
-    async def _after_loop(self, turn: TurnRun, events: asyncio.Queue) -> None:
-        if turn.proposed:
-            await self.say(turn, events, self.actions.confirm_sentence(turn.state.pending))
-            return
-        if turn.unreachable:
-            await self.say(turn, events, self.sentences.tool_unavailable)
-            return
-        if turn.fallback:
-            return  # an LLM outage is not the caller's misunderstanding
-        if turn.state.understood(not is_clarification(turn.reply())) >= 2:
-            await self.handoff(turn, events, "not_understood")
+        tool = self.tools.get(name)
+        if tool is None or tool.spec.kind is ToolKind.WRITE:
+            return ToolResult(call, "invalid", {"ok": False, "error": f"{name} is not a read-only tool"})
+        await events.put(brain_pb2.RespondEvent(turn_id=request.turn_id, tool=brain_pb2.ToolActivity(
+            tool=name, status="started")))
+        ctx = ToolContext(request.user_id, request.session_id, request.turn_id, {})
+        result = await self.dispatcher.run(tool, call, dict(arguments), ctx)
+        if tool.spec.only_known and result.outcome == "succeeded":
+            result.content["result"] = self.references.only_known(
+                result.content.get("result"), tool.spec.only_known, turn.state)
+        turn.record["tools"].append({"name": name, "outcome": result.outcome, "attempts": result.attempts})
+        await events.put(brain_pb2.RespondEvent(turn_id=request.turn_id, tool=brain_pb2.ToolActivity(
+            tool=name, status=result.outcome)))
+        return result
 
     async def handoff(self, turn: TurnRun, events: asyncio.Queue, reason: str, text: str = "") -> None:
         state = turn.state
@@ -667,156 +566,6 @@ class Agent:
         await events.put(brain_pb2.RespondEvent(turn_id=turn.request.turn_id, handoff=brain_pb2.Handoff(
             reason=reason, summary=summary)))
 
-    # ---- the model loop -------------------------------------------------
-    async def _loop(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
-        require = turn.tool_required
-        for index in range(self.limits.max_llm_calls):
-            last = index == self.limits.max_llm_calls - 1 or turn.stop is not None
-            use_tools = len(self.tools) > 0 and not last
-            instruction = ANSWER_NOW if not use_tools and turn.steps else ""
-            messages = self._prompt(turn, instruction)
-            tool_choice, required = None, use_tools and require
-            if required:
-                messages, tool_choice = self._require_tool_call(messages)
-            outcome = await self._call_llm(turn, messages, use_tools, events, tool_choice)
-            record = turn.record["llm_calls"][-1]
-            record["tool_required"] = required
-            mimicked = bool(record.get("mimicked_read_back"))
-            if mimicked and use_tools and not required:
-                # A read-back of its own, caught unspoken: the model meant to propose, so it is
-                # asked again (the same prompt, cached) for the tool call behind it.
-                require = True
-                continue
-            require = False
-            if mimicked and not turn.spoken:
-                await self._say(turn, events, self.sentences.fallback, new_part=True)
-                return
-            if outcome is None or not outcome[1] or last:
-                return
-            text, calls = outcome
-            self._check_caps(turn, calls)
-            await passed.wait()  # tools wait for the guard
-            results = await self.run_tools(turn, text, calls, events)
-            turn.steps += [r.message() for r in results]
-            if turn.proposed or turn.unreachable:
-                return  # code speaks next: the read-back, or "I can't check right now"
-        if turn.stop is None:
-            turn.stop = "llm_calls"
-
-    def _require_tool_call(self, messages: list[dict[str, Any]]
-                           ) -> tuple[list[dict[str, Any]], str | None]:
-        """This call must be a tool call: by ``tool_choice``, or where the server does not enforce
-        it, by the start of the model's tool-call syntax as the start of its message."""
-        prefix = self.settings.llm_tool_call_prefix
-        if not prefix:
-            return messages, "required"
-        return [*messages, {"role": "assistant", "content": prefix}], None
-
-    def _prompt(self, turn: TurnRun, instruction: str = "") -> list[dict[str, Any]]:
-        if turn.context is None:  # fixed for the turn and stored with it: later prompts repeat it
-            turn.context = self._state_block(turn.state, turn.note, turn.request, turn.history.turns)
-        return self._messages(turn, turn.context, instruction)
-
-    def _messages(self, turn: TurnRun, context: str, instruction: str = "") -> list[dict[str, Any]]:
-        return build_messages(self.system, turn.history.turns, turn.request.text, turn.steps,
-                              context, self.settings.recent_turns, self.settings.history_turns,
-                              instruction)
-
-    def _change_messages(self, turn: TurnRun, context: str) -> list[dict[str, Any]]:
-        """The prompt that asks for a change's fields: the hook's instruction goes before the
-        caller's words, so the prefill after a read-back (``_prefill``) caches it with the state
-        block, and at the endpoint only the words are new (~15 tokens instead of ~42 with the
-        instruction after them: ~0.4 s of prefill on two cores)."""
-        assert self.hooks.change_fields is not None
-        return build_messages(self.system, turn.history.turns, turn.request.text, [], context,
-                              self.settings.recent_turns, self.settings.history_turns,
-                              preface=self.hooks.change_fields.instruction)
-
-    def _change_preface(self, state: SessionState) -> str:
-        """The instruction the next model call will most likely carry before the caller's words:
-        with an action read back and awaiting a yes, a change to it is asked as fields."""
-        spec = self.hooks.change_fields
-        return spec.instruction if spec is not None and state.pending is not None else ""
-
-    def _next_block(self, history: SessionHistory, request: brain_pb2.RespondRequest) -> str:
-        """The state block the next model call after ``history`` will most likely carry
-        (``policy.next_model_turn``: after a read-back, the one of a change to it)."""
-        state, note = next_model_turn(history.state)
-        return self._state_block(state, note, request, history.turns)
-
-    def _state_block(self, state: SessionState, note: str, request: brain_pb2.RespondRequest,
-                     turns: list[Turn]) -> str:
-        """The state block a prompt after ``turns`` carries ("" when the model sees it already)."""
-        view = state.model_view(note, dict(request.session_context), self.settings.state_references)
-        return state_block(state_text(view), self.empty_state, turns, self.settings.recent_turns,
-                           self.settings.history_turns)
-
-    async def _call_llm(self, turn: TurnRun, messages: list[dict[str, Any]], use_tools: bool,
-                        events: asyncio.Queue, tool_choice: str | None = None
-                        ) -> tuple[str, list[ToolCall]] | None:
-        """One streamed LLM call; returns (its text, its tool calls), or None after a fallback."""
-        with TRACER.start_as_current_span("llm.call", attributes={
-                "gen_ai.operation.name": "chat", "gen_ai.system": "openai",
-                "gen_ai.request.model": self.settings.llm_model,
-                "gen_ai.request.max_tokens": self.settings.llm_max_tokens}) as span:
-            outcome = await self._stream_llm(turn, messages, use_tools, events, tool_choice)
-            record = turn.record["llm_calls"][-1]
-            usage = {"gen_ai.usage.input_tokens": record.get("prompt_tokens"),
-                     "gen_ai.usage.output_tokens": record.get("completion_tokens"),
-                     "gen_ai.usage.cached_tokens": record.get("cached_tokens")}
-            span.set_attributes({k: v for k, v in usage.items() if v is not None})
-            span.set_attribute("voicebot.llm.tool_calls", len(outcome[1]) if outcome else 0)
-            return outcome
-
-    async def _stream_llm(self, turn: TurnRun, messages: list[dict[str, Any]], use_tools: bool,
-                          events: asyncio.Queue, tool_choice: str | None = None
-                          ) -> tuple[str, list[ToolCall]] | None:
-        text_calls = TextToolCallFilter()
-        structured = StructuredCallAccumulator()
-        cleaner = SpokenTextCleaner(turn.request.language or "en")
-        mimicry = ReadBackMimicry([self.sentences.confirm, self.sentences.confirm_again])
-        said: list[str] = []
-        started = time.perf_counter()
-        call_record: dict[str, Any] = {"messages": len(messages), "tools": use_tools}
-        turn.record["llm_calls"].append(call_record)
-        tools = self.tools.definitions() if use_tools else None
-        await turn.guard_asked.wait()
-        try:
-            async for chunk in self.chat(messages, tools=tools, tool_choice=tool_choice):
-                structured.add(chunk.tool_calls)
-                self._count(turn, chunk, call_record)
-                speakable = cleaner.clean(mimicry.push(text_calls.push(chunk.text)))
-                if mimicry.caught:
-                    READ_BACKS_MIMICKED.inc()
-                    call_record["mimicked_read_back"] = True
-                    break  # nothing of it is spoken; the rest of it need not be written
-                if speakable:
-                    call_record.setdefault("ttft_ms", round((time.perf_counter() - started) * 1000))
-                    await self._say(turn, events, speakable, new_part=not said)
-                    said.append(speakable)
-            rest, recovered = text_calls.finish()
-            rest = mimicry.push(rest) + mimicry.flush()
-            rest = cleaner.clean(rest) + cleaner.flush() if not mimicry.caught else ""
-            if rest.strip():
-                await self._say(turn, events, rest, new_part=not said)
-                said.append(rest)
-        except (LLMUnavailable, LLMRequestError) as exc:
-            level = logging.ERROR if isinstance(exc, LLMRequestError) else logging.WARNING
-            log.log(level, "llm failed; speaking the fallback", extra={"error": str(exc)})
-            LLM_FALLBACKS.inc()
-            turn.fallback = True
-            call_record["error"] = str(exc)
-            await self._say(turn, events, self.sentences.fallback, new_part=True)
-            return None
-        finally:
-            LLM_CALL_SECONDS.observe(time.perf_counter() - started)
-            call_record["ms"] = round((time.perf_counter() - started) * 1000)
-        calls = structured.calls() or recovered
-        if not chunk_usage_seen(call_record):
-            turn.tokens += max(1, len("".join(said)) // 4) if said else 0
-        call_record["tool_calls"] = [c.name for c in calls]
-        call_record["text_recovered"] = bool(recovered and not structured.calls())
-        return "".join(said), calls
 
     async def say(self, turn: TurnRun, events: asyncio.Queue, text: str) -> None:
         """Code's own words (confirmations, handoff): spoken like the model's, for the ear."""
@@ -832,70 +581,6 @@ class Agent:
         turn.spoken.append(text)
         await events.put(brain_pb2.RespondEvent(turn_id=turn.request.turn_id,
                                                 delta=brain_pb2.TextDelta(text=text)))
-
-    def _check_caps(self, turn: TurnRun, calls: list[ToolCall]) -> None:
-        reason = None
-        if any(call.signature() in turn.signatures for call in calls):
-            reason = "repeated_call"
-        elif turn.tokens >= self.limits.max_tokens:
-            reason = "tokens"
-        elif self.clock() - turn.started >= self.limits.max_seconds:
-            reason = "wall_time"
-        turn.signatures |= {call.signature() for call in calls}
-        if reason and turn.stop is None:
-            turn.stop = reason
-            LOOP_STOPS.labels(reason).inc()
-            turn.record["stop"] = reason
-
-    async def run_tools(self, turn: TurnRun, text: str, calls: list[ToolCall], events: asyncio.Queue,
-                        read_only: bool = False) -> list[ToolResult]:
-        """Read-only calls run (concurrently); a write call becomes the pending action, never runs."""
-        turn.steps.append({"role": "assistant", "content": text,
-                           "tool_calls": [call.as_message() for call in calls]})
-        request = turn.request
-        if turn.stop == "repeated_call":
-            # Not run again; every call still gets a result, so history has no orphan call.
-            results = [ToolResult(c, "refused", {"ok": False, "error": "repeated call; not run again"})
-                       for c in calls]
-        else:
-            for call in calls:
-                await events.put(brain_pb2.RespondEvent(turn_id=request.turn_id, tool=brain_pb2.ToolActivity(
-                    tool=call.name, status="started")))
-            results = list(await asyncio.gather(*(self._one_tool(turn, call, read_only) for call in calls)))
-        for result in results:
-            turn.record["tools"].append({"name": result.call.name, "arguments": result.call.arguments,
-                                         "outcome": result.outcome, "attempts": result.attempts})
-            await events.put(brain_pb2.RespondEvent(turn_id=request.turn_id, tool=brain_pb2.ToolActivity(
-                tool=result.call.name, status=result.outcome)))
-        return results
-
-    async def _one_tool(self, turn: TurnRun, call: ToolCall, read_only: bool) -> ToolResult:
-        checked = self.dispatcher.check(call)
-        if isinstance(checked, ToolResult):
-            return checked
-        tool, args = checked
-        state, request = turn.state, turn.request
-        try:
-            if tool.spec.kind is ToolKind.WRITE:
-                if read_only or turn.proposed:
-                    return ToolResult(call, "refused", {"ok": False, "error": (
-                        "one action at a time: the caller must confirm the first one")}, tool.spec.kind)
-                proposal = self.actions.propose(state, tool, call, args, request.turn_id)
-                turn.proposed = True
-                return proposal
-            resolved = self.references.resolve(args, state)
-        except UnknownReference as exc:
-            return ToolResult(call, "invalid", {"ok": False, "error": str(exc)}, tool.spec.kind)
-        ctx = ToolContext(request.user_id, request.session_id, request.turn_id, {})
-        result = await self.dispatcher.run(tool, call, resolved, ctx)
-        if result.outcome in UNREACHABLE:
-            turn.unreachable = True
-        if result.outcome == "succeeded":
-            value = result.content.get("result")
-            if tool.spec.only_known:
-                value = self.references.only_known(value, tool.spec.only_known, state)
-            result.content["result"] = self.references.present(value, state)
-        return result
 
     def _count(self, turn: TurnRun, chunk: ChatChunk, call_record: dict[str, Any]) -> None:
         """A chunk's token counts into the call's record and the metrics."""
@@ -925,46 +610,15 @@ class Agent:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _prefill(self, history: SessionHistory, request: brain_pb2.RespondRequest) -> None:
-        """While the caller listens, have the LLM server cache the next prompt's prefix (this
-        reply included, as the next prompt will carry it), so at the endpoint only the caller's
-        words are new.
-
-        That prefix ends with the state block the next model call will most likely send
-        (``policy.next_model_turn``: after a read-back, the one of a change to it, ~150 tokens
-        with its references, 4-5 s of prefill on two cores that the change no longer waits
-        for), then an empty user message: the template closes the message before it and opens
-        the caller's next one as the next prompt will, so those tokens are cached too. When
-        the next turn's block differs after all, the shared prefix still reaches where it
-        differs."""
-        messages = build_messages(self.system, history.turns, "", [], self._next_block(history, request),
-                                  self.settings.recent_turns, self.settings.history_turns,
-                                  preface=self._change_preface(history.state))
-        # (The guard's prompt is the same every time: it stays cached in its own slot.)
-        try:
-            await self._prime(messages)
-        except (LLMUnavailable, LLMRequestError) as exc:
-            log.info("prefill after the reply failed", extra={"error": str(exc)})
-
     async def _prime(self, messages: list[dict[str, Any]]) -> None:
-        async for _ in self.chat(messages, tools=self.tools.definitions() or None, max_tokens=1):
+        async for _ in self.chat(messages, max_tokens=1):
             pass
 
     async def _prime_words(self, request: brain_pb2.RespondRequest) -> None:
-        """``Brain.Prefill``: the first prompt (and guard check) a turn on these words would
-        send, built the way the turn builds it, so the turn's prompt starts with its tokens."""
-        history = await asyncio.wait_for(self.store.load(request.user_id, request.session_id),
-                                         self.settings.history_load_timeout_s)
-        history.state.start_turn()
-        turn = TurnRun(request, history, self.clock(), record={})
-        # A change gets its own prompt; it is not screened at the start (``_screen_late``).
-        if self._change_read_by_code(turn):
-            await self._prime(self._change_messages(turn, self._next_block(history, request)))
-            return
-        primes = [self._prime(self._prompt(turn))]
-        if self.guard is not None and not self._skips_guard(turn):
-            primes.append(self.guard.prefill(request.text, request.language))
-        await asyncio.gather(*primes)
+        """``Brain.Prefill``: the caller's words so far. Knowledge retrieval starts on them, so
+        a question finds its passage already searched at the endpoint."""
+        self.answers.prefetch(request.text)
+
 
     def _record_of(self, turn: TurnRun, outcome: str) -> dict[str, Any]:
         turn.record.update(outcome=outcome, ms=round((self.clock() - turn.started) * 1000))
@@ -976,6 +630,19 @@ class Agent:
                                         self._record_of(turn, outcome))
         except Exception:  # a lost record must not fail a turn
             log.exception("could not store the turn record")
+
+
+def knowledge_tools(profile: Profile, tools: ToolRegistry) -> dict[str, str | None]:
+    """The profile's knowledge tools, each with the one string argument the question goes in
+    (None: a tool without arguments)."""
+    found: dict[str, str | None] = {}
+    for name in profile.knowledge.tools:
+        tool = tools.get(name)
+        if tool is None or tool.spec.kind is ToolKind.WRITE:
+            raise TaskError(f"knowledge.tools: {name!r} is not a read-only tool of this profile's servers")
+        required = list(tool.spec.parameters.get("required") or [])
+        found[name] = required[0] if required else None
+    return found
 
 
 def _set(event: asyncio.Event) -> asyncio.Event:

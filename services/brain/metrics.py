@@ -11,9 +11,6 @@ LLM_CALL_SECONDS = Histogram(
 )
 LLM_TOKENS = Counter("voicebot_llm_tokens_total", "Tokens reported by the LLM server", ["kind"])
 GUARD_BLOCKS = Counter("voicebot_guard_blocks_total", "Turns blocked by the topic guard")
-# Model text that opened like code's read-back (services/brain/mimicry.py): caught unspoken.
-READ_BACKS_MIMICKED = Counter("voicebot_read_backs_mimicked_total",
-                              "Model replies that read an action back themselves, caught before speech")
 TOOL_CALLS = Counter("voicebot_tool_calls_total", "Tool calls by outcome", ["tool", "outcome"])
 TOOL_SECONDS = Histogram("voicebot_tool_seconds", "Tool run time, retries included", ["tool"],
                          buckets=LATENCY_BUCKETS)
@@ -21,5 +18,7 @@ TOOL_SECONDS = Histogram("voicebot_tool_seconds", "Tool run time, retries includ
 GUARD_VERDICTS = Counter("voicebot_guard_verdicts_total", "Topic guard verdicts by who decided",
                          ["by", "verdict"])
 GUARD_SECONDS = Histogram("voicebot_guard_seconds", "Topic guard verdict time", buckets=LATENCY_BUCKETS)
-LOOP_STOPS = Counter("voicebot_agent_loop_stops_total", "Tool loops stopped by a cap", ["cap"])
+# How each turn's words were read: rules, embeddings or the model (reading.py).
+READINGS = Counter("voicebot_readings_total", "Turns read, by what read them", ["by"])
+KNOWLEDGE_ANSWERS = Counter("voicebot_knowledge_answers_total", "Questions answered", ["known"])
 HANDOFFS = Counter("voicebot_handoffs_total", "Calls handed to a human", ["reason"])

@@ -3,9 +3,10 @@
 The brain core knows no business. A profile names the bot and its purpose
 (used by the system prompt and the topic guard), its languages, the fixed
 sentences code speaks, guard settings, one or more MCP servers with per-tool
-overrides (kind, timeout, retries, read-back template), how entity ids in tool
-results become session references (``S1``), and optional domain hooks (a
-Python entry point). ``BRAIN_PROFILE`` picks the file; a bad profile fails at
+overrides (kind, timeout, retries), the tasks code runs from the write tools
+(questions, finders, read-back and done sentences), the business's knowledge,
+and how entity ids in tool results become session references (``S1``). No
+business brings code. ``BRAIN_PROFILE`` picks the file; a bad profile fails at
 start with the field named.
 
 Strings may use ``${VAR}`` or ``${VAR:-default}``: the environment fills them
@@ -21,6 +22,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from services.brain.knowledge import KnowledgeSettings, load_passages
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES_DIR = ROOT / "profiles"
@@ -50,6 +53,18 @@ class Sentences(_Strict):
     refused: str = "Sorry, that did not work: {reason}."
     tool_unavailable: str = "Sorry, I can't check that right now. Please try again in a moment."
     nothing_pending: str = ""  # empty: the model answers a stray "yes" in its own words
+    # A question the business's knowledge does not answer: never a guess.
+    unknown_fact: str = "Sorry, I don't have that information."
+    can_help: str = "I can help you {tasks}."  # what the bot can do, after an unknown fact
+    ask_again: str = "Sorry, I didn't catch that. {question}"
+    # The wished value is not possible: what the business's tool offers instead.
+    alternatives: str = "Sorry, {wanted} is not available. I can offer {options}. Which would you like?"
+    nothing_free: str = "Sorry, there is nothing available {wanted}. Would another day suit you?"
+    not_found: str = "Sorry, I couldn't find that. {question}"
+    nothing_done: str = "Okay, nothing is done. Is there anything else I can help with?"
+    anything_else: str = "Is there anything else I can help with?"
+    goodbye: str = "Thank you for calling. Goodbye!"
+    not_done: str = "Sorry, that didn't go through, so nothing was done."
 
 
 class ScreenSettings(_Strict):
@@ -134,6 +149,53 @@ class ReferenceKind(_Strict):
     label: str  # a template over the item holding the id, e.g. "{weekday}, {day:date} at {time:time}"
 
 
+FieldType = Literal["date", "time", "integer", "number", "name", "text", "choice", "reference"]
+
+
+class FieldSettings(_Strict):
+    """What the profile adds to one field of a task: the question code asks, and how to read the
+    answer. Everything left out comes from the tool's input schema."""
+
+    ask: str | None = None  # "At what time?"; default: "What is the <field name>?"
+    type: FieldType | None = None  # how the caller's words become a value (values.py)
+    required: bool | None = None  # default: required in the tool's schema (or the finder's)
+    choices: list[str] | None = None  # the allowed values; default: the schema's enum
+    # For a time: the hours it usually falls in ("HH:MM" pair), so "at seven" reads 19:00 there.
+    between: tuple[str, str] | None = None
+    spoken: str | None = None  # how a value reads back ("{value:time}"); default by type
+
+
+class FindSettings(_Strict):
+    """A tool argument that code finds with a read-only tool rather than asking the caller: a
+    ``slot_id`` from the day, time and party size, through ``find_slots``."""
+
+    tool: str  # the read-only tool to call
+    # The finder's arguments from the task's fields (finder argument: field); default: every
+    # finder argument that is also a field of the task, by the same name.
+    args: dict[str, str] = Field(default_factory=dict)
+    # The item that fits: item key -> field whose value it must equal ("time": "time"). Without
+    # a match, the items are offered to the caller as choices.
+    match: dict[str, str] = Field(default_factory=dict)
+    offer: str = ""  # how an item is offered as an alternative, e.g. "{time:time}"; default: its label
+    items: str = ""  # the result's key that holds the list; default: the first list in it
+
+
+class TaskSettings(_Strict):
+    """A write tool as a task code runs: which fields to ask, in which order, how to find the rest,
+    and what code says about it. Every write tool is a task, listed here or not; a read-only tool
+    listed here is a lookup (no confirmation: code says what it found)."""
+
+    title: str | None = None  # "book a table": how code names the task to the caller
+    examples: list[str] = Field(default_factory=list)  # what callers say to start it
+    fields: dict[str, FieldSettings] = Field(default_factory=dict)  # in the order code asks them
+    find: dict[str, FindSettings] = Field(default_factory=dict)
+    read_back: str | None = None  # over the fields and the found items' keys
+    done: str | None = None  # over the same and the tool's result
+    found: str | None = None  # a lookup: how each item found reads ("{weekday} at {time:time}")
+    # A lookup's question when nothing is given: the reference or the name to look up by.
+    ask_any: str | None = None
+
+
 class Profile(_Strict):
     name: str = "Joe"
     purpose: str = "answering questions"
@@ -148,7 +210,10 @@ class Profile(_Strict):
     references: dict[str, ReferenceKind] = Field(default_factory=dict)
     # Fields of tool results the model never sees (phone numbers, internal notes).
     hidden_fields: list[str] = Field(default_factory=list)
-    hooks: str | None = Field(None, pattern=r"^[\w.]+:[\w]+$")  # "package.module:factory"
+    tasks: dict[str, TaskSettings] = Field(default_factory=dict)
+    knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
+    # Where the profile file is: knowledge files are read relative to it.
+    base_dir: str = ""
 
     @field_validator("mcp_servers")
     @classmethod
@@ -192,7 +257,19 @@ def load_profile(name_or_path: str) -> Profile:
         raise ProfileError(f"profile {path}: cannot read it ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise ProfileError(f"profile {path}: not valid YAML: {exc}") from None
-    return parse_profile(raw, str(path))
+    if isinstance(raw, dict):
+        raw.setdefault("base_dir", str(path.resolve().parent))
+    profile = parse_profile(raw, str(path))
+    check_knowledge_files(profile, str(path))
+    return profile
+
+
+def check_knowledge_files(profile: Profile, where: str) -> None:
+    """A knowledge file that is missing, unreadable or empty stops the start, naming it."""
+    try:
+        load_passages(profile.knowledge, Path(profile.base_dir or "."))
+    except ProfileError as exc:
+        raise ProfileError(f"{where}: {exc}") from None
 
 
 def parse_profile(raw: Any, where: str = "profile") -> Profile:

@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,11 +19,12 @@ from services.brain.agent import Agent
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
 from services.brain.guard_screen import ExampleScreen
-from services.brain.hooks import load_hooks
+from services.brain.knowledge import KnowledgeIndex, open_knowledge
 from services.brain.llm import OpenAIChatClient
 from services.brain.profile import Profile, ProfileError, load_profile
-from services.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder
+from services.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder, SentenceEncoder
 from services.brain.session_store import ReadAhead, SessionStore
+from services.brain.tasks import TaskError
 from services.brain.toolbox import build_registry
 from services.brain.tools import ToolRegistry
 from voicebot.common import event_loop
@@ -226,8 +228,9 @@ def chat_client(settings: BrainSettings, base_url: str, temperature: float,
     )
 
 
-def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) -> tuple[
-        Agent, list[OpenAIChatClient], aioredis.Redis]:
+def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry,
+                knowledge: KnowledgeIndex | None = None, encoder: SentenceEncoder | None = None
+                ) -> tuple[Agent, list[OpenAIChatClient], aioredis.Redis]:
     chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature, settings.llm_extra_body)
     clients = [chat]
     guard = None
@@ -236,7 +239,8 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) 
                                  settings.guard_extra_body)
         clients.append(guard_chat)
         guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
-                           profile.guard.block, profile.guard.block_above, guard_screen(settings, profile))
+                           profile.guard.block, profile.guard.block_above,
+                           guard_screen(settings, profile, encoder))
     side_chat = None
     if settings.side_extra_body:
         side_chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature,
@@ -244,21 +248,41 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry) 
         clients.append(side_chat)
     redis = connect_redis(settings.redis_url)  # bounded reconnects, password, health checks
     store = SessionStore(redis, settings.session_ttl_s)
-    agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile,
-                  hooks=load_hooks(profile.hooks, profile), side_chat=side_chat)
+    agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile, side_chat=side_chat,
+                  knowledge=knowledge, encoder=encoder)
     return agent, clients, redis
 
 
-def guard_screen(settings: BrainSettings, profile: Profile) -> ExampleScreen | None:
-    """The profile's quick screen, or None (no examples, turned off, or its encoder missing: then
-    the LLM guard judges every screened turn, as without a screen, and the log says why)."""
-    screen = profile.guard.screen
-    if not settings.guard_screen or not screen.examples:
-        return None
+def sentence_encoder(settings: BrainSettings, profile: Profile) -> SentenceEncoder | None:
+    """The packaged sentence encoder (the guard's screen, the task picker, the knowledge index).
+    Missing: a profile with knowledge cannot start; without knowledge the brain runs on rules
+    and the model, and the log says why."""
     try:
-        encoder = MiniLMEncoder(settings.guard_encoder_dir or None)
+        return MiniLMEncoder(settings.guard_encoder_dir or None)
     except EncoderUnavailable as exc:
-        log.warning("guard screen off: %s", exc)
+        if profile.knowledge.faq or profile.knowledge.files:
+            raise ProfileError(f"knowledge: the sentence encoder is needed: {exc}") from None
+        log.warning("sentence encoder unavailable: %s", exc)
+        return None
+
+
+async def knowledge_index(profile: Profile, encoder: SentenceEncoder | None) -> KnowledgeIndex | None:
+    """The profile's knowledge in its index (embedded, or the Qdrant server it names), with
+    retrieval started early on the caller's words so far."""
+    settings = profile.knowledge
+    if encoder is None or not (settings.faq or settings.files):
+        return None
+    index = await open_knowledge(settings, Path(profile.base_dir or "."), encoder)
+    log.info("knowledge ready", extra={"store": settings.store_url or "embedded"})
+    return index
+
+
+def guard_screen(settings: BrainSettings, profile: Profile,
+                 encoder: SentenceEncoder | None) -> ExampleScreen | None:
+    """The profile's quick screen, or None (no examples, turned off, or no encoder: then the LLM
+    guard judges every screened turn, as without a screen)."""
+    screen = profile.guard.screen
+    if not settings.guard_screen or not screen.examples or encoder is None:
         return None
     result = ExampleScreen.from_settings(encoder, screen)
     log.info("guard screen ready", extra={"encoder": encoder.name, "examples": len(result.examples),
@@ -268,15 +292,18 @@ def guard_screen(settings: BrainSettings, profile: Profile) -> ExampleScreen | N
 
 def startup_profile(settings: BrainSettings) -> Profile:
     """The profile named by BRAIN_PROFILE; a bad one stops the start with the field named."""
-    profile = load_profile(settings.profile) if settings.profile else Profile()
-    load_hooks(profile.hooks, profile)  # fail now, not at the first turn
-    return profile
+    return load_profile(settings.profile) if settings.profile else Profile()
 
 
 async def run(settings: BrainSettings) -> None:
     profile = startup_profile(settings)
     tools, sources = await build_registry(profile, settings.mcp_connect_wait_s)
-    agent, clients, redis = build_agent(settings, profile, tools)
+    encoder = sentence_encoder(settings, profile)
+    knowledge = await knowledge_index(profile, encoder)
+    try:
+        agent, clients, redis = build_agent(settings, profile, tools, knowledge, encoder)
+    except TaskError as exc:
+        raise ProfileError(str(exc)) from None
     await redis.ping()  # fail at start, not at the first turn, when Redis is missing
     log.info("profile loaded", extra={"profile": settings.profile or "(generic)", "bot": profile.name,
                                       "tools": [spec.name for spec in tools.specs()]})
@@ -293,6 +320,8 @@ async def run(settings: BrainSettings) -> None:
         for source in sources:
             await source.aclose()
         await redis.aclose()
+        if knowledge is not None:
+            await knowledge.aclose()
         shutdown_tracing()
 
     # Before serving: the first caller then finds the prompt prefix cached. Bounded, so an

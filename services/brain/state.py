@@ -39,6 +39,25 @@ class Reference(BaseModel):
     label: str
 
 
+class Option(BaseModel):
+    """An item a finder listed, offered to the caller as an alternative."""
+
+    argument: str  # the tool argument it would fill
+    label: str  # as it was offered ("7:30 pm")
+    item: dict[str, Any]  # the tool's item, ids included (never shown to the model)
+
+
+class FormState(BaseModel):
+    """The task at hand: what the caller gave so far, and what code asked last."""
+
+    task: str  # the task's (write or lookup tool's) name
+    values: dict[str, Any] = Field(default_factory=dict)  # field -> normalised value
+    asking: str = ""  # the field code asked for last
+    misses: int = 0  # turns in a row that did not give the field asked for
+    options: list[Option] = Field(default_factory=list)  # alternatives offered last
+    picked: dict[str, dict[str, Any]] = Field(default_factory=dict)  # argument -> chosen item
+
+
 class SessionState(BaseModel):
     mode: Mode = Mode.LISTEN
     pending: PendingAction | None = None
@@ -46,6 +65,7 @@ class SessionState(BaseModel):
     refs: dict[str, Reference] = Field(default_factory=dict)
     misunderstood: int = 0
     last_outcome: str = ""
+    form: FormState | None = None
 
     # ---- transitions -------------------------------------------------------
     def start_turn(self) -> None:
@@ -78,7 +98,7 @@ class SessionState(BaseModel):
 
     def completed(self, outcome: str) -> None:
         """After a write: nothing pending, nothing collected left to propose again."""
-        self.pending, self.task = None, {}
+        self.pending, self.task, self.form = None, {}, None
         self.mode, self.misunderstood, self.last_outcome = Mode.DONE, 0, outcome
 
     def failed(self, outcome: str) -> None:
@@ -86,7 +106,7 @@ class SessionState(BaseModel):
         self.mode = Mode.LISTEN
 
     def handed_off(self) -> None:
-        self.pending, self.mode, self.misunderstood = None, Mode.HANDOFF, 0
+        self.pending, self.form, self.mode, self.misunderstood = None, None, Mode.HANDOFF, 0
 
     def understood(self, understood: bool) -> int:
         self.misunderstood = 0 if understood else self.misunderstood + 1
@@ -120,6 +140,8 @@ class SessionState(BaseModel):
             view["call"] = dict(sorted(call.items()))  # the call's metadata: data, not the caller's words
         if self.task:
             view["collected"] = self.task
+        if self.form is not None:
+            view["task"] = {"name": self.form.task, "collected": self.form.values}
         if self.pending is not None:
             view["awaiting_confirmation"] = self.pending.action
         if self.last_outcome:

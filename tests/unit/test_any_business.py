@@ -1,9 +1,11 @@
-"""Any business by configuration: a helpdesk the brain has never seen, through its profile only.
+"""Any business by configuration: a helpdesk the brain has never seen, with no task settings at all.
 
-A scripted model over the OpenAI-compatible HTTP API, an IT-helpdesk MCP server
-(tests/fakes/helpdesk_mcp.py: other tool names and shapes than the restaurant,
-a bearer token, real MCP over HTTP), a real redis-server. Each scenario is one
-rule of confirm-before-write, checked on what the MCP server recorded.
+A scripted model over the OpenAI-compatible HTTP API that only *reads* (it answers
+the JSON reading schema), an IT-helpdesk MCP server (tests/fakes/helpdesk_mcp.py:
+other tool names and shapes than the restaurant, a bearer token, real MCP over
+HTTP), a real redis-server. Its tasks come from the tools' input schemas alone.
+Each scenario is one rule of the task engine, checked on what the MCP server
+recorded.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import uuid
 
 import pytest
@@ -19,13 +22,13 @@ import yaml
 
 from services.brain.agent import Agent
 from services.brain.config import BrainSettings
-from services.brain.guard import TopicGuard
 from services.brain.llm import OpenAIChatClient
 from services.brain.profile import parse_profile
 from services.brain.session_store import SessionStore
 from services.brain.toolbox import build_registry
-from tests.fakes.fake_llm import is_guard, last_user_text
+from tests.fakes.fake_llm import is_guard
 from tests.fakes.helpdesk_mcp import PROFILE, Helpdesk
+from voicebot.common.speech_text import speakable
 from voicebot.v1 import brain_pb2
 
 TOKEN = "desk-secret"
@@ -39,33 +42,32 @@ def helpdesk():
     desk.stop()
 
 
-def tool_results(body):
-    """This turn's tool results (after the caller's last words)."""
-    messages = body["messages"]
-    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    return [json.loads(m["content"]) for m in messages[last_user + 1:] if m["role"] == "tool"]
+def caller_words(body) -> str:
+    """The caller's words in a reading request."""
+    return body["messages"][-1]["content"].split("The caller said: ", 1)[-1]
 
 
-def desk_model(body):
-    """A model that calls the tools a helpdesk needs; it also tries to talk like a confirmation."""
+def desk_reader(body):
+    """A model that only reads: the task and the words for each field, as JSON."""
     if is_guard(body):
         return "ALLOW"
-    said, results = last_user_text(body).lower(), tool_results(body)
-    if results:
-        return "Here is what I found."
-    if "printer" in said and "ticket" in said:
-        return {"tool_calls": [{"name": "open_ticket", "arguments": PRINTER}]}
-    if "low" in said:
-        return {"tool_calls": [{"name": "open_ticket", "arguments": {**PRINTER, "priority": "low"}}]}
-    if "articles" in said:
-        return {"tool_calls": [{"name": "search_articles", "arguments": {"query": "printer"}}]}
-    if "my tickets" in said:
-        return {"tool_calls": [{"name": "my_tickets", "arguments": {}}]}
-    if "close t1" in said:
-        return {"tool_calls": [{"name": "close_ticket", "arguments": {"ticket_id": "T1"}}]}
-    if "prepare" in said:
-        return "I have prepared a high priority ticket for you. Shall I open it?"
-    return "It usually takes about a day."
+    assert body.get("response_format"), "the model is only ever asked for a reading"
+    said = caller_words(body).lower()
+    reading: dict = {"intent": "other"}
+    if ("open" in said and "ticket" in said) or "printer" in said:
+        reading["intent"] = "open_ticket"
+    if "close" in said:
+        reading["intent"] = "close_ticket"
+    if "printer" in said:
+        reading["summary"] = "the printer on floor two is jammed"
+    if "laptop" in said:
+        reading["summary"] = "my laptop will not start"
+    for level in ("low", "normal", "high"):
+        if level in said:
+            reading["priority"] = level
+    if "urgent" in said:
+        reading["priority"] = "extreme"  # not one of the schema's values: code must drop it
+    return json.dumps(reading)
 
 
 class Caller:
@@ -101,7 +103,7 @@ async def desk(helpdesk, redis_url, scripted_llm, monkeypatch):
         return None
 
     agent = Agent(settings, chat, SessionStore(redis, 60), tools=registry, profile=profile, sleep=no_sleep)
-    scripted_llm.script = desk_model
+    scripted_llm.script = desk_reader
     yield Caller(agent), helpdesk, scripted_llm
     await chat.aclose()
     await redis.aclose()
@@ -117,175 +119,143 @@ def final(events):
     return events[-1].final
 
 
-# ---- what the model is offered ------------------------------------------------
-async def test_every_tool_is_offered_under_its_own_name_writes_included(desk):
-    caller, _, llm = desk
-    await caller.say("how long does a repair take?")
-    offered = sorted(t["function"]["name"] for t in llm.requests[-1]["tools"])
-    assert offered == ["close_ticket", "my_tickets", "open_ticket", "search_articles"]  # excluded: gone
-    schema = next(t for t in llm.requests[-1]["tools"] if t["function"]["name"] == "open_ticket")
-    assert "idempotency_key" not in schema["function"]["parameters"]["properties"]  # code fills it
+# ---- tasks from the tools' schemas -------------------------------------------------
+async def test_every_write_tool_is_a_task_built_from_its_schema(desk):
+    caller, _, _ = desk
+    tasks = caller.agent.forms.tasks
+    assert sorted(tasks) == ["close_ticket", "open_ticket"]
+    open_ticket = tasks["open_ticket"]
+    assert [(f.name, f.type, f.required) for f in open_ticket.fields] == [
+        ("summary", "text", True), ("priority", "choice", True)]
+    assert open_ticket.field("priority").choices == ("low", "normal", "high")  # from the pattern
+    assert [(f.name, f.type) for f in tasks["close_ticket"].fields] == [("ticket_id", "reference")]
 
 
-async def test_read_only_tools_run_freely(desk):
+async def test_a_request_in_one_line_is_read_back_by_code_and_runs_once_after_a_plain_yes(desk):
     caller, helpdesk, _ = desk
-    events = await caller.say("any articles about printers?")
-    assert [c[0] for c in helpdesk.calls] == ["search_articles"]
-    assert spoken(events) == "Here is what I found." and final(events).dialog_state == "listen"
-
-
-# ---- confirm before write ----------------------------------------------------
-async def test_a_write_is_read_back_by_code_and_runs_once_after_yes(desk):
-    caller, helpdesk, _ = desk
-    events = await caller.say("my printer is jammed, please open a ticket")
-    assert helpdesk.writes() == []  # the call became a pending action, nothing ran
+    events = await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
     assert spoken(events) == ("Let me check: open a high priority ticket about the printer on floor two "
-                              "is jammed. Shall I go ahead?")  # the profile's template, filled by code
-    assert (await caller.state()).pending.args == PRINTER
-    events = await caller.say("yes please")
+                              "is jammed. Shall I go ahead?")
+    assert helpdesk.writes() == []
+    events = await caller.say("Yes, please.")
     [(name, args)] = helpdesk.writes()
-    assert name == "open_ticket" and args["summary"] == PRINTER["summary"] and args["priority"] == "high"
-    assert args["idempotency_key"].startswith(caller.session)  # chosen by code
-    assert "T1" in spoken(events) and final(events).dialog_state == "done"
-    state = await caller.state()
-    assert state.pending is None and "T1" in state.refs
+    assert name == "open_ticket" and {k: args[k] for k in PRINTER} == PRINTER
+    assert "someone will contact you today" in spoken(events)
+    assert "555" not in spoken(events)  # a hidden field never reaches the caller
+
+
+async def test_code_asks_for_each_missing_field_with_one_question(desk):
+    caller, helpdesk, _ = desk
+    assert spoken(await caller.say("I need to open a ticket.")) == "What is the summary?"
+    said = spoken(await caller.say("My laptop will not start."))
+    assert said == "Which priority would you like: low, normal or high?"
+    said = spoken(await caller.say("Normal."))
+    assert "normal priority ticket about my laptop will not start" in said.lower()
+    await caller.say("yes")
+    [(_, args)] = helpdesk.writes()
+    assert (args["summary"], args["priority"]) == ("My laptop will not start", "normal")
+
+
+async def test_a_value_outside_the_schema_is_never_used_and_the_field_is_asked(desk):
+    caller, helpdesk, _ = desk
+    said = spoken(await caller.say("The printer is jammed, open a ticket, it is urgent."))
+    assert said == "Which priority would you like: low, normal or high?"
+    assert helpdesk.writes() == []
 
 
 async def test_a_further_yes_after_the_write_runs_nothing(desk):
     caller, helpdesk, _ = desk
-    await caller.say("my printer is jammed, please open a ticket")
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
     await caller.say("yes")
-    await caller.say("yes")
-    await caller.say("yes, do it")
+    for words in ("yes", "yes please", "go ahead"):
+        await caller.say(words)
     assert len(helpdesk.writes()) == 1
 
 
-async def test_yes_runs_only_what_the_immediately_preceding_turn_read_back(desk):
+@pytest.mark.parametrize("answer", ["Okay?", "Hmm.", "Maybe.", "Yes?"])
+async def test_only_a_plain_yes_runs_the_write(desk, answer):
     caller, helpdesk, _ = desk
-    await caller.say("my printer is jammed, please open a ticket")
-    events = await caller.say("how long will that take?")  # something else was said since
-    assert spoken(events) == "It usually takes about a day."
-    events = await caller.say("yes")
-    assert helpdesk.writes() == []  # not heard just now: the read-back comes again instead
-    assert "open a high priority ticket" in spoken(events) and "Shall I go ahead?" in spoken(events)
-    await caller.say("yes")
-    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    said = spoken(await caller.say(answer))
+    assert said.startswith("Just to be sure: open a high priority ticket") and helpdesk.writes() == []
+
+
+async def test_a_yes_that_carries_a_change_is_a_new_read_back_never_the_old_write(desk):
+    caller, helpdesk, _ = desk
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    said = spoken(await caller.say("Yes, but make it low."))
+    assert "a low priority ticket" in said and helpdesk.writes() == []
+    await caller.say("Yes.")
+    [(_, args)] = helpdesk.writes()
+    assert args["priority"] == "low"
 
 
 async def test_a_yes_over_the_details_of_the_read_back_gets_it_read_back_again(desk):
     caller, helpdesk, _ = desk
-    await caller.say("my printer is jammed, please open a ticket")
-    events = await caller.say("yes", heard_only="Let me check: open a high priority")
-    assert helpdesk.writes() == [] and "Shall I go ahead?" in spoken(events)
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    said = spoken(await caller.say("yes", heard_only="Let me check: open a"))
+    assert said.startswith("Just to be sure") and helpdesk.writes() == []
     await caller.say("yes")
-    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
+    assert len(helpdesk.writes()) == 1
 
 
 async def test_a_yes_over_the_closing_question_runs_what_was_heard(desk):
     caller, helpdesk, _ = desk
-    events = await caller.say("my printer is jammed, please open a ticket")
-    heard = spoken(events).split(" Shall I")[0]  # the whole action, then the caller's yes
-    await caller.say("yes", heard_only=heard + " Shall")
-    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
+    events = await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    heard = spoken(events).removesuffix(" Shall I go ahead?")
+    await caller.say("yes", heard_only=heard)
+    assert len(helpdesk.writes()) == 1
 
 
-async def test_a_correction_makes_a_new_pending_action_and_the_old_one_is_gone(desk):
+async def test_a_bare_no_drops_the_action_and_asks_what_to_change(desk):
     caller, helpdesk, _ = desk
-    await caller.say("my printer is jammed, please open a ticket")
-    first = (await caller.state()).pending
-    events = await caller.say("no, make it low priority")
-    second = (await caller.state()).pending
-    assert helpdesk.writes() == [] and second.id != first.id and second.args["priority"] == "low"
-    assert "open a low priority ticket" in spoken(events)
-    await caller.say("yes")
-    [(_, args)] = helpdesk.writes()
-    assert args["priority"] == "low"  # the corrected action, never the rejected one
-
-
-async def test_a_correction_the_model_does_not_turn_into_a_call_leaves_nothing_to_confirm(desk):
-    caller, helpdesk, llm = desk
-    await caller.say("my printer is jammed, please open a ticket")
-    llm.script = lambda b: "ALLOW" if is_guard(b) else "Sure, I changed it to low priority. Shall I open it?"
-    await caller.say("actually, make it low priority instead")
-    assert (await caller.state()).pending is None
-    await caller.say("yes")
-    assert helpdesk.writes() == []  # a proposal the model only talked about cannot be confirmed
-
-
-async def test_a_blocked_turn_after_the_read_back_means_a_yes_gets_the_read_back_again(desk):
-    caller, helpdesk, llm = desk
-    agent = caller.agent
-    agent.guard = TopicGuard(agent.chat, agent.profile.purpose)
-    await caller.say("my printer is jammed, please open a ticket")
-    llm.script = lambda body: "BLOCK" if is_guard(body) else desk_model(body)
-    await caller.say("Actually I'd rather have it as a low priority one, you know what I mean?")
-    llm.script = desk_model
-    events = await caller.say("yes")
-    assert helpdesk.writes() == []  # the bot's last words were the blocked sentence, not the read-back
-    assert "Shall I go ahead?" in spoken(events)
-    await caller.say("yes")
-    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
-
-
-async def test_a_bare_no_drops_the_pending_action_and_asks_what_to_change(desk):
-    caller, helpdesk, llm = desk
-    await caller.say("my printer is jammed, please open a ticket")
-    before = len(llm.requests)
-    events = await caller.say("no")
-    assert len(llm.requests) == before  # code answered, no model call
-    assert "What would you like to change?" in spoken(events)
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    said = spoken(await caller.say("No."))
+    assert said == "Okay, nothing is done. What would you like to change?"
     assert (await caller.state()).pending is None
     await caller.say("yes")
     assert helpdesk.writes() == []
 
 
-async def test_a_reply_that_sounds_like_a_proposal_cannot_lead_to_a_write(desk):
+async def test_a_new_ticket_gets_a_reference_and_closing_it_needs_its_own_yes(desk):
     caller, helpdesk, _ = desk
-    events = await caller.say("please prepare something for my printer")
-    assert "Shall I open it?" in spoken(events) and (await caller.state()).pending is None
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
     await caller.say("yes")
-    await caller.say("yes please, open it")
-    assert helpdesk.writes() == []
-
-
-async def test_references_name_entities_and_a_write_without_a_template_is_read_back_from_its_title(desk):
-    caller, helpdesk, llm = desk
-    events = await caller.say("what are my tickets?")
-    results = tool_results(llm.requests[-1])
-    [ticket] = results[0]["result"]["tickets"]
-    assert ticket["ticket_id"] == "T1" and "reporter_phone" not in ticket  # no internal id, no phone
-    events = await caller.say("close t1 please")
-    assert spoken(events) == ("Let me check: close a ticket for your ticket about a broken monitor. "
-                              "Shall I go ahead?")
+    said = spoken(await caller.say("Please close it."))
+    assert said == "Let me check: close a ticket for your ticket about the printer on floor two is jammed. " \
+                   "Shall I go ahead?"
+    assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
     await caller.say("yes")
-    assert helpdesk.writes() == [("close_ticket", {"ticket_id": "tkt-0001"})]  # the real id, by code
+    assert [w[0] for w in helpdesk.writes()] == ["open_ticket", "close_ticket"]
+    assert helpdesk.writes()[1][1] == {"ticket_id": "tkt-0002"}  # the real id, never the reference
 
 
-async def test_a_reference_never_issued_in_this_session_is_refused(desk):
+async def test_for_random_values_the_read_back_heard_is_the_call_that_runs(desk):
+    """A property: whatever values the caller gives, what runs is what was read back."""
     caller, helpdesk, llm = desk
-    await caller.say("close t1 please")  # T1 was never shown in this conversation
-    assert (await caller.state()).pending is None and helpdesk.writes() == []
-    error = tool_results(llm.requests[-1])[0]["error"]
-    assert "not a reference from this conversation" in error
-
-
-async def test_an_unknown_tool_error_names_only_the_tools_offered(desk):
-    caller, _, llm = desk
-    llm.script = lambda b: "ALLOW" if is_guard(b) else ("Okay." if tool_results(b) else {
-        "tool_calls": [{"name": "forbidden_tool", "arguments": {}}]})
-    await caller.say("do the forbidden thing")
-    error = tool_results(llm.requests[-1])[0]["error"]
-    assert "forbidden_tool" in error
-    assert "available: close_ticket, my_tickets, open_ticket, search_articles" in error
+    rng = random.Random(7)
+    words = ["printer", "screen", "mouse", "network", "badge", "vpn", "keyboard", "camera"]
+    for _ in range(12):
+        summary = " ".join(rng.sample(words, 2)) + f" number {rng.randint(1, 999)}"
+        priority = rng.choice(["low", "normal", "high"])
+        llm.script = lambda body, s=summary, p=priority: "ALLOW" if is_guard(body) else json.dumps(
+            {"intent": "open_ticket", "summary": s, "priority": p})
+        caller.session, before = uuid.uuid4().hex, len(helpdesk.writes())
+        said = spoken(await caller.say(f"Open a {priority} ticket about {summary}, please."))
+        await caller.say("Yes.")
+        [(_, args)] = helpdesk.writes()[before:]
+        assert speakable(f"open a {args['priority']} priority ticket about {args['summary']}") in said
+        assert (args["summary"], args["priority"]) == (summary, priority)
 
 
 # ---- failures ---------------------------------------------------------------
 async def test_a_refused_write_is_not_retried_and_nothing_stays_pending(desk):
     caller, helpdesk, _ = desk
-    await caller.say("my printer is jammed, please open a ticket")
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
     helpdesk.plan["open_ticket"] = ["refuse"]
-    await caller.say("yes")
+    said = spoken(await caller.say("yes"))
     assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]  # once, not retried
+    assert "nothing was done" in said
     state = await caller.state()
     assert state.pending is None and "refused" in state.last_outcome
     await caller.say("yes")
@@ -294,7 +264,7 @@ async def test_a_refused_write_is_not_retried_and_nothing_stays_pending(desk):
 
 async def test_a_write_that_times_out_with_a_key_is_retried_with_the_same_key(desk):
     caller, helpdesk, _ = desk
-    await caller.say("my printer is jammed, please open a ticket")
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
     helpdesk.plan["open_ticket"] = ["timeout"]
     events = await caller.say("yes")
     keys = {args["idempotency_key"] for _, args in helpdesk.writes()}
@@ -304,36 +274,14 @@ async def test_a_write_that_times_out_with_a_key_is_retried_with_the_same_key(de
 
 async def test_a_write_without_a_key_that_times_out_hands_off_and_is_never_retried(desk):
     caller, helpdesk, _ = desk
-    await caller.say("what are my tickets?")
-    await caller.say("close t1 please")
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    await caller.say("yes")
+    await caller.say("Please close it.")
     helpdesk.plan["close_ticket"] = ["timeout"]
     events = await caller.say("yes")
-    assert [w[0] for w in helpdesk.writes()] == ["close_ticket"]  # the outcome is unknown: once
+    assert [w[0] for w in helpdesk.writes()] == ["open_ticket", "close_ticket"]  # unknown outcome: once
     [handoff] = [e.handoff for e in events if e.WhichOneof("event") == "handoff"]
-    assert handoff.reason == "unknown_outcome" and "close a ticket" in handoff.summary
-
-
-async def test_a_tool_server_that_is_down_makes_the_bot_say_it_cannot_check(redis_url, scripted_llm,
-                                                                           monkeypatch):
-    desk = Helpdesk(token=TOKEN).start()
-    monkeypatch.setenv("HELPDESK_URL", desk.url)
-    monkeypatch.setenv("HELPDESK_TOKEN", TOKEN)
-    profile = parse_profile(yaml.safe_load(PROFILE))
-    registry, sources = await build_registry(profile, wait_s=2)
-    redis = aioredis.Redis.from_url(redis_url)
-    chat = OpenAIChatClient(scripted_llm.base_url, "m", deadline_s=0.5)
-    agent = Agent(BrainSettings(llm_base_url=scripted_llm.base_url), chat, SessionStore(redis, 60),
-                  tools=registry, profile=profile, sleep=lambda _s: asyncio.sleep(0))
-    scripted_llm.script = desk_model
-    try:
-        desk.stop()
-        events = await Caller(agent).say("any articles about printers?")
-        assert spoken(events).endswith("Sorry, I can't reach the ticket system right now.")
-    finally:
-        await chat.aclose()
-        await redis.aclose()
-        for source in sources:
-            await source.aclose()
+    assert handoff.reason == "unknown_outcome"
 
 
 async def test_the_mcp_server_is_reached_with_the_profiles_auth_header(helpdesk, monkeypatch):
@@ -341,6 +289,32 @@ async def test_the_mcp_server_is_reached_with_the_profiles_auth_header(helpdesk,
     monkeypatch.setenv("HELPDESK_TOKEN", "wrong")
     with pytest.raises(Exception, match="helpdesk"):
         await build_registry(parse_profile(yaml.safe_load(PROFILE)), wait_s=0.5)
+
+
+async def test_a_tool_server_that_is_down_makes_the_bot_say_it_cannot_check(redis_url, scripted_llm,
+                                                                           monkeypatch):
+    desk = Helpdesk(token=TOKEN).start()
+    monkeypatch.setenv("HELPDESK_URL", desk.url)
+    monkeypatch.setenv("HELPDESK_TOKEN", TOKEN)
+    profile = parse_profile({**yaml.safe_load(PROFILE), "knowledge": {"tools": ["search_articles"]}})
+    registry, sources = await build_registry(profile, wait_s=2)
+    redis = aioredis.Redis.from_url(redis_url)
+    chat = OpenAIChatClient(scripted_llm.base_url, "m", deadline_s=0.5)
+    agent = Agent(BrainSettings(llm_base_url=scripted_llm.base_url), chat, SessionStore(redis, 60),
+                  tools=registry, profile=profile, sleep=lambda _s: asyncio.sleep(0))
+    scripted_llm.script = desk_reader
+    try:
+        caller = Caller(agent)
+        said = spoken(await caller.say("Are there any articles about printers?"))
+        assert said == "Here is what I found: Restart the print spooler."  # a knowledge tool's answer
+        desk.stop()
+        said = spoken(await caller.say("Are there any articles about printers?"))
+        assert "I don't have that information" in said  # never a guess
+    finally:
+        await chat.aclose()
+        await redis.aclose()
+        for source in sources:
+            await source.aclose()
 
 
 # ---- preemptive turns (started before the endpoint) -------------------------------
@@ -358,34 +332,9 @@ async def preemptive(caller: Caller, text: str):
     return events, asyncio.create_task(run()), committed
 
 
-async def test_a_discarded_preemptive_turn_runs_no_tools_and_leaves_no_history(desk):
-    caller, helpdesk, _ = desk
-    _, task, _ = await preemptive(caller, "any articles about printers?")
-    await asyncio.sleep(0.5)  # the model asked for a tool: it waits for the commit
-    assert helpdesk.calls == []
-    task.cancel()  # the endpoint heard other words: discarded
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    history = await caller.agent.store.load("alice", caller.session)
-    assert history.turns == [] and helpdesk.calls == []
-
-
-async def test_a_committed_preemptive_turn_is_an_ordinary_turn(desk):
-    caller, helpdesk, _ = desk
-    events, task, committed = await preemptive(caller, "any articles about printers?")
-    await asyncio.sleep(0.3)
-    assert helpdesk.calls == []
-    committed.set()
-    await asyncio.wait_for(task, 10)
-    assert [c[0] for c in helpdesk.calls] == ["search_articles"]
-    assert spoken(events) == "Here is what I found." and events[-1].WhichOneof("event") == "final"
-    [stored] = (await caller.agent.store.load("alice", caller.session)).turns
-    assert stored.user == "any articles about printers?"
-
-
 async def test_a_preemptive_yes_never_writes_before_its_commit(desk):
     caller, helpdesk, _ = desk
-    await caller.say("my printer is jammed, please open a ticket")
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
     _, task, _ = await preemptive(caller, "yes")
     await asyncio.sleep(0.5)
     assert helpdesk.writes() == []
@@ -395,3 +344,14 @@ async def test_a_preemptive_yes_never_writes_before_its_commit(desk):
     assert helpdesk.writes() == [] and (await caller.state()).pending is not None  # still pending
     await caller.say("yes")  # the real turn, after the endpoint
     assert [w[0] for w in helpdesk.writes()] == ["open_ticket"]
+
+
+async def test_a_committed_preemptive_turn_is_an_ordinary_turn(desk):
+    caller, _, _ = desk
+    events, task, committed = await preemptive(caller, "I need to open a ticket.")
+    await asyncio.sleep(0.3)
+    committed.set()
+    await asyncio.wait_for(task, 10)
+    assert spoken(events) == "What is the summary?" and events[-1].WhichOneof("event") == "final"
+    [stored] = (await caller.agent.store.load("alice", caller.session)).turns
+    assert stored.user == "I need to open a ticket."

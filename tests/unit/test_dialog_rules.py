@@ -1,27 +1,37 @@
-"""Yes/no/correction rules (English and Korean), handoff requests, misunderstanding detection."""
+"""The answer to a read-back by code's rule alone (English and Korean), and handoff requests.
+
+Only a plain yes runs the action: a yes that carries anything else is a change, a
+question or a hedge hears the read-back again. No model output enters this rule.
+"""
 
 import pytest
 
-from services.brain.dialog import Decision, asks_for_human, classify_confirmation, is_clarification
+from services.brain.confirm import Answer, answer_to_read_back
+from services.brain.dialog import asks_for_human, is_dialogue_act
 
 
-@pytest.mark.parametrize(("text", "decision"), [
-    ("yes", Decision.YES), ("Yes, please.", Decision.YES), ("yeah go ahead", Decision.YES),
-    ("that's right", Decision.YES), ("네", Decision.YES), ("네, 예약해주세요", Decision.YES),
-    ("no", Decision.NO), ("No.", Decision.NO), ("nope", Decision.NO), ("아니요", Decision.NO),
-    ("no, half past two", Decision.CORRECTION), ("No, make it Wednesday", Decision.CORRECTION),
-    ("no, three people", Decision.CORRECTION), ("actually make it 8", Decision.CORRECTION),
-    ("아니요, 수요일로 해주세요", Decision.CORRECTION),
-    ("Could you make it a little later in the evening please", Decision.CORRECTION),
-    ("What about the same time on Saturday instead", Decision.CORRECTION),
-    ("Could you push the booking back by an hour?", Decision.CORRECTION),
-    ("Can we bring it forward a little?", Decision.CORRECTION),
-    ("How about eight?", Decision.CORRECTION), ("We'd like a different day", Decision.CORRECTION),
-    ("what's the weather like", None), ("hmm", None), ("Could you say that again?", None),
-    ("What about parking?", None),
+@pytest.mark.parametrize(("text", "answer"), [
+    ("yes", Answer.YES), ("Yes, please.", Answer.YES), ("yeah go ahead", Answer.YES),
+    ("that's right", Answer.YES), ("Sure, thanks!", Answer.YES), ("네", Answer.YES),
+    ("네, 예약해주세요", Answer.YES), ("Okay.", Answer.YES), ("Perfect, go ahead.", Answer.YES),
+    ("no", Answer.NO), ("No.", Answer.NO), ("nope", Answer.NO), ("아니요", Answer.NO),
+    ("Wait.", Answer.NO), ("No, thank you.", Answer.NO),
+    ("Okay?", Answer.UNSURE), ("Yes?", Answer.UNSURE), ("Hmm, maybe.", Answer.UNSURE),
+    ("I guess so", Answer.UNSURE), ("I'm not sure", Answer.UNSURE), ("", Answer.UNSURE),
+    ("Yes at nine.", Answer.CHANGE), ("Sure, but for three.", Answer.CHANGE),
+    ("yes, and add one more person", Answer.CHANGE), ("no, half past two", Answer.CHANGE),
+    ("No, make it Wednesday", Answer.CHANGE), ("actually make it 8", Answer.CHANGE),
+    ("아니요, 수요일로 해주세요", Answer.CHANGE), ("Could you make it at nine instead?", Answer.CHANGE),
+    ("what's the weather like", Answer.OTHER), ("We are four people", Answer.OTHER),
 ])
-def test_confirmation_rules(text, decision):
-    assert classify_confirmation(text) == decision
+def test_the_answer_to_a_read_back(text, answer):
+    assert answer_to_read_back(text) is answer
+
+
+@pytest.mark.parametrize("text", ["Yes at nine.", "Okay?", "yes but later", "sure, for three",
+                                  "Yes, I think so?", "yes... maybe", "ok ok ok wait"])
+def test_nothing_but_a_plain_yes_is_a_yes(text):
+    assert answer_to_read_back(text) is not Answer.YES
 
 
 @pytest.mark.parametrize(("text", "human"), [
@@ -32,6 +42,9 @@ def test_handoff_requests(text, human):
     assert asks_for_human(text) is human
 
 
-def test_clarification_detection():
-    assert is_clarification("Sorry, I didn't catch that. Which day?")
-    assert not is_clarification("Tuesday at seven works.")
+@pytest.mark.parametrize(("text", "act"), [
+    ("No.", True), ("Seven thirty.", True), ("Jordan Blake", True), ("yes please", True),
+    ("Write me a poem about the sea.", False), ("What is the capital of France?", False),
+])
+def test_short_dialogue_acts_skip_the_guard_but_requests_do_not(text, act):
+    assert is_dialogue_act(text) is act

@@ -1,0 +1,121 @@
+"""Answers only from what the business wrote, and outcomes only in code's words.
+
+A question is answered with the passage the knowledge index finds (``knowledge.py``):
+the business's own answer, read as written, cleaned for the ear. When nothing
+relevant is found, code says the profile's sentence for an unknown fact and
+what the bot can do: never a guess.
+
+``claims_outcome`` tells text that states or promises an action or its result
+("I've booked", "is confirmed", "I'll cancel"): such text comes only from code's
+read-back and done sentences; anywhere else it is replaced before it is spoken.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from services.brain.form import ReadTool, items_of
+from services.brain.profile import Sentences
+from services.brain.spoken import SpokenTextCleaner
+
+log = logging.getLogger(__name__)
+
+_CLAIM = re.compile(
+    r"\b(?:i(?:'ve| have)|we(?:'ve| have)|it(?:'s| is| has been)|you(?:'re| are)|that(?:'s| is)|"
+    r"(?:your|the) (?:table|booking|reservation|appointment|visit|order|service))\s+"
+    r"(?:\w+\s+){0,2}(?:booked|reserved|confirmed|cancell?ed|scheduled|made|placed|changed|moved|"
+    r"all set|done)\b"
+    r"|\b(?:i(?:'ll| will)|we(?:'ll| will)|let me)\s+(?:\w+\s+){0,1}(?:book|reserve|cancel|schedule|"
+    r"confirm|change|move|make)\b", re.I)
+_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d+[.)]|#+)\s+")
+
+
+def claims_outcome(text: str) -> bool:
+    return bool(_CLAIM.search(text))
+
+
+def for_the_ear(text: str, language: str = "en") -> str:
+    """A passage as speech: no markdown, no list marks, numbers and prices as words."""
+    cleaner = SpokenTextCleaner(language)
+    lines = [_LIST_MARK.sub("", line).strip() for line in _LINK.sub(r"\1", text).splitlines()]
+    lines = [line for line in lines if line]
+    joined = " ".join(line if line.endswith((".", "!", "?", ":")) else line + "." for line in lines)
+    return " ".join((cleaner.clean(joined) + cleaner.flush()).split())
+
+
+class Passage(Protocol):
+    text: str
+    score: float
+    kind: str
+
+
+class KnowledgeSearch(Protocol):
+    async def search(self, text: str, k: int | None = None) -> list[Any]: ...
+
+    def prefetch(self, text: str) -> None: ...
+
+
+@dataclass
+class Answer:
+    text: str
+    known: bool
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class Answers:
+    def __init__(self, knowledge: KnowledgeSearch | None, sentences: Sentences,
+                 can_help: Callable[[], str], tools: dict[str, str | None] | None = None) -> None:
+        self.knowledge = knowledge
+        self.sentences = sentences
+        self.can_help = can_help
+        # Read-only tools whose result is knowledge: name -> the argument the question goes in.
+        self.tools = tools or {}
+
+    def prefetch(self, text: str) -> None:
+        """Retrieval started on the words so far (the speculative transcript): at the endpoint
+        the same words find it done."""
+        if self.knowledge is not None and text.strip():
+            self.knowledge.prefetch(text)
+
+    async def answer(self, text: str, language: str = "en", read: ReadTool | None = None) -> Answer:
+        passages = await self._search(text)
+        if not passages and read is not None and self.tools:
+            found = await self._from_tools(text, read)
+            if found:
+                return Answer(for_the_ear(found, language), True, {"passages": 0, "tool": True})
+        if not passages:
+            return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False, {"passages": 0})
+        top = passages[0]
+        said = for_the_ear(top.text, language)
+        record = {"passages": len(passages), "score": round(float(top.score), 3), "kind": top.kind}
+        if claims_outcome(said):  # knowledge never claims that an action happened
+            return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False,
+                          {**record, "claim_replaced": True})
+        return Answer(said, True, record)
+
+    async def _from_tools(self, text: str, read: ReadTool) -> str:
+        """What the business's knowledge tools return for the question, as plain sentences."""
+        said: list[str] = []
+        for name, argument in self.tools.items():
+            result = await read(name, {argument: text} if argument else {})
+            if result.outcome != "succeeded":
+                continue
+            for item in items_of(result.content.get("result"), "")[:3]:
+                words = [str(v) for k, v in item.items() if isinstance(v, str) and not k.endswith("_id")]
+                if words:
+                    said.append(", ".join(words))
+        return f"Here is what I found: {'; '.join(said)}." if said else ""
+
+    async def _search(self, text: str) -> list[Any]:
+        if self.knowledge is None or not text.strip():
+            return []
+        try:
+            return list(await self.knowledge.search(text))
+        except Exception as exc:  # noqa: BLE001 - an index outage is an unknown fact, not a crash
+            log.warning("knowledge search failed", extra={"error": repr(exc)})
+            return []

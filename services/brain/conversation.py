@@ -1,0 +1,226 @@
+"""One turn, decided by code: the read-back's answer, the reading, the form's next step, or an answer.
+
+``Conversation.decide`` returns what the agent carries out: words to say, the pending
+action to run (only after a plain yes to its read-back), or a handoff. The order:
+
+1. a request for a person hands off, from anywhere;
+2. with an action read back: a plain yes runs it (if its read-back was just heard in
+   full); a bare no drops it and asks what to change; a question or hedge hears the
+   read-back again; anything else is read for new values (a change: a new read-back);
+3. the words are read (rules, embeddings, the model under a schema: ``reading.py``);
+4. a task's values go into its form and code takes the next step (``form.py``);
+5. a question is answered from the business's knowledge only (``answers.py``);
+6. two turns in a row that give nothing for the field asked hand off with a summary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.brain.answers import Answers
+from services.brain.confirm import Answer, answer_to_read_back, confirm_sentence, heard_in_full
+from services.brain.dialog import asks_for_human
+from services.brain.form import Forms, ReadTool
+from services.brain.profile import Profile
+from services.brain.reading import OTHER, QUESTION, Reader, Reading, is_question, rule_values
+from services.brain.session_store import Turn
+from services.brain.state import PendingAction, SessionState
+
+_GREETING = re.compile(r"^(?:hi|hello|hey|good (?:morning|afternoon|evening)|hiya|yo)\b", re.I)
+_THANKS = re.compile(r"^(?:(?:ok(?:ay)?|great|perfect|cool),?\s+)?(?:thanks|thank you|cheers|bye|goodbye|"
+                     r"that's all|that is all|nothing else|no,? that's (?:it|all))\b", re.I)
+_NO_MORE = re.compile(r"^(?:no|nope|no thanks|no thank you|not now|i'll call back|no,? i'll call back)\b",
+                      re.I)
+MISSES_BEFORE_HANDOFF = 2
+
+
+@dataclass
+class Decision:
+    say: str = ""
+    run: PendingAction | None = None
+    handoff: str = ""  # a reason: the call goes to a person
+    read: Reading | None = None
+    answer_question: str = ""  # a knowledge question to answer before ``say``
+    fallback: bool = False  # the LLM failed the reading: ``say`` is the fallback sentence
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class Conversation:
+    def __init__(self, profile: Profile, forms: Forms, reader: Reader, answers: Answers,
+                 today: Callable[[], dt.date] = dt.date.today) -> None:
+        self.profile = profile
+        self.sentences = profile.sentences
+        self.forms = forms
+        self.reader = reader
+        self.answers = answers
+        self.today = today
+
+    async def decide(self, state: SessionState, text: str, turn_id: str, last_turn: Turn | None,
+                     read: ReadTool) -> Decision:
+        if asks_for_human(text):
+            return Decision(self.sentences.handoff, handoff="caller_request")
+        answer = Answer.OTHER
+        if state.pending is not None:
+            answer = answer_to_read_back(text)
+            decided = self._answer_to_read_back(state, answer, turn_id, last_turn)
+            if decided is not None:
+                return decided
+        reading = await self.read(state, text)
+        if reading.failed:  # the words needed the model and it could not read them: say so
+            return Decision(self.sentences.fallback, read=reading, fallback=True)
+        if state.pending is not None:
+            return await self._while_pending(state, text, turn_id, reading, answer, read)
+        if state.form is not None:
+            return await self._in_form(state, text, turn_id, reading, read)
+        return await self._no_form(state, text, turn_id, reading, read)
+
+    # ---- 2. the answer to a read-back ------------------------------------------------
+    def _answer_to_read_back(self, state: SessionState, answer: Answer, turn_id: str,
+                             last_turn: Turn | None) -> Decision | None:
+        pending = state.pending
+        assert pending is not None
+        if answer is Answer.YES:
+            if heard_in_full(pending, last_turn):
+                return Decision(run=pending)
+            return self._read_back_again(state, turn_id)
+        if answer is Answer.NO:
+            state.drop_pending()
+            if state.form is not None:
+                state.form.asking = ""
+            return Decision(self.sentences.ask_what_to_change)
+        if answer is Answer.UNSURE:
+            return self._read_back_again(state, turn_id)
+        return None
+
+    def _read_back_again(self, state: SessionState, turn_id: str, before: str = "") -> Decision:
+        pending = state.pending
+        assert pending is not None
+        state.read_back(turn_id)  # this turn reads it back: the next plain yes may run it
+        again = confirm_sentence(self.sentences, pending, again=True)
+        return Decision(" ".join(filter(None, [before, again])))
+
+    async def _while_pending(self, state: SessionState, text: str, turn_id: str, reading: Reading,
+                             answer: Answer, read: ReadTool) -> Decision:
+        """Words that are not a plain answer to the read-back: new values make a new proposal
+        (nothing runs); a question is answered and the read-back said again."""
+        if state.form is not None and reading.intent in (state.form.task, OTHER, QUESTION):
+            changed = self.forms.apply(state, reading.values, text)
+            if changed:
+                state.drop_pending()
+                step = await self.forms.advance(state, turn_id, read)
+                return Decision(step.say, read=reading)
+        if reading.intent in self.forms.tasks and (state.form is None or reading.intent != state.form.task):
+            state.drop_pending()
+            return await self._start(state, text, turn_id, reading, read)
+        if answer is Answer.OTHER and (reading.intent == QUESTION or is_question(text)):
+            decision = self._read_back_again(state, turn_id)
+            decision.answer_question = text
+            return decision
+        return self._read_back_again(state, turn_id)
+
+    # ---- 3. the reading ------------------------------------------------------------
+    async def read(self, state: SessionState, text: str) -> Reading:
+        """Rules and embeddings first; the model only for what they cannot read: the task when
+        the embeddings cannot tell, or a name or free text said inside a longer sentence."""
+        form = state.form
+        asking = form.asking if form is not None else ""
+        intent, score = self.reader.pick(text)
+        target = form.task if form is not None else intent if intent in self.forms.tasks else None
+        fields = self.reader.fields_for(state, target)
+        values = rule_values(text, fields, asking, self.today())
+        record: dict[str, Any] = {"picked": intent, "score": round(score, 3)}
+        if form is not None and asking in values:  # the answer to the question code asked
+            return Reading(form.task, values, "rules", record)
+        if not self._needs_model(state, target, intent, values, text):
+            if intent is None:
+                intent = QUESTION if is_question(text) else form.task if form and values else OTHER
+            return Reading(intent, values, "rules" if values else "embeddings", record)
+        question = self.forms.question(state, self._asked_field(state)) if form is not None else ""
+        model = await self.reader.model_reading(text, state, question, fields)
+        model.record.update(record)
+        return Reading(intent or model.intent, {**model.values, **values}, "model", model.record,
+                       failed=model.failed and not values and intent is None)
+
+    def _needs_model(self, state: SessionState, target: str | None, intent: str | None,
+                     values: dict[str, Any], text: str) -> bool:
+        words = len(text.split())
+        if is_question(text) and not values:
+            return False
+        if target is None:
+            return intent is None and words > 2
+        form = state.form
+        have = {**(form.values if form is not None else {}), **values}
+        unread = [f for f in self.forms.tasks[target].required()
+                  if f.type in ("name", "text", "reference") and have.get(f.name) in (None, "")]
+        if unread and words > 5:
+            return True
+        return form is not None and not values and words > 2 and intent not in (QUESTION, OTHER)
+
+    def _asked_field(self, state: SessionState):
+        form = state.form
+        if form is None or not form.asking:
+            return None
+        return self.forms.tasks[form.task].field(form.asking)
+
+    # ---- 4. the form ---------------------------------------------------------------
+    async def _start(self, state: SessionState, text: str, turn_id: str, reading: Reading,
+                     read: ReadTool) -> Decision:
+        self.forms.start(state, reading.intent)
+        self.forms.apply(state, reading.values, text)
+        step = await self.forms.advance(state, turn_id, read)
+        return Decision(step.say, read=reading)
+
+    async def _in_form(self, state: SessionState, text: str, turn_id: str, reading: Reading,
+                       read: ReadTool) -> Decision:
+        form = state.form
+        assert form is not None
+        if reading.intent in self.forms.tasks and reading.intent != form.task:
+            return await self._start(state, text, turn_id, reading, read)
+        changed = self.forms.apply(state, reading.values, text)
+        if changed:
+            form.misses = 0
+            step = await self.forms.advance(state, turn_id, read)
+            return Decision(step.say, read=reading)
+        asked = self.forms.question(state, self._asked_field(state)) if form.asking else \
+            self.sentences.anything_else
+        if reading.intent == QUESTION or is_question(text):
+            return Decision(asked, read=reading, answer_question=text)
+        if _NO_MORE.match(text.strip()) or _THANKS.match(text.strip()):
+            state.form = None
+            return Decision(self.sentences.nothing_done, read=reading)
+        form.misses += 1
+        if form.misses >= MISSES_BEFORE_HANDOFF:
+            return Decision(self.sentences.handoff, handoff="not_understood", read=reading)
+        if not form.asking:
+            step = await self.forms.advance(state, turn_id, read)
+            return Decision(step.say, read=reading)
+        return Decision(self.sentences.ask_again.format(question=asked), read=reading)
+
+    # ---- 5. no task at hand ------------------------------------------------------------
+    async def _no_form(self, state: SessionState, text: str, turn_id: str, reading: Reading,
+                       read: ReadTool) -> Decision:
+        if reading.intent in self.forms.tasks:
+            return await self._start(state, text, turn_id, reading, read)
+        stripped = text.strip()
+        if _THANKS.match(stripped) or _NO_MORE.match(stripped):
+            return Decision(self.sentences.goodbye, read=reading)
+        if _GREETING.match(stripped) and len(stripped.split()) <= 6:
+            return Decision(self.greeting(), read=reading)
+        return Decision("", read=reading, answer_question=text)
+
+    def greeting(self) -> str:
+        return f"Hello, this is {self.profile.name}. " + self.can_help()
+
+    def can_help(self) -> str:
+        titles = [task.title for task in self.forms.tasks.values()]
+        if not titles:
+            return self.sentences.anything_else
+        return self.sentences.can_help.format(tasks=_or_words(titles))
+
+
+def _or_words(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]

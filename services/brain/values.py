@@ -1,0 +1,245 @@
+"""Caller's words to typed values, by well-kept libraries rather than the model.
+
+A 1.5B model copies the words a caller said for a field well enough; turning
+"the day after tomorrow", "half past seven" or "four of us" into 2030-01-09,
+19:30 and 4 is work for a parser that is never creative. Numbers written as
+words go through ``text_to_num`` (text2num), dates through ``parsedatetime``
+with the few phrases it gets wrong handled first. Every function returns None
+when the words do not hold a value of its kind: code then asks again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import parsedatetime
+from text_to_num import alpha2digit
+
+_CALENDAR = parsedatetime.Calendar(version=parsedatetime.VERSION_CONTEXT_STYLE)
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+           "october", "november", "december")
+_ORDINAL_DAY = re.compile(r"\b(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\s+\w+)")
+_WEEKDAY = re.compile(r"\b(" + "|".join(_WEEKDAYS) + r")s?\b")
+_NEXT_WEEKDAY = re.compile(r"\bnext\s+(" + "|".join(_WEEKDAYS) + r")\b")
+_DATE_WORDS = re.compile(r"\b(?:today|tonight|tomorrow|day after tomorrow|" + "|".join(_WEEKDAYS) +
+                         "|" + "|".join(_MONTHS) + r"|next week|\d{4}-\d{2}-\d{2}|\d{1,2}(?:st|nd|rd|th))\b")
+_ORDINAL_WORDS = {
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
+    "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13, "fourteenth": 14,
+    "fifteenth": 15, "sixteenth": 16, "seventeenth": 17, "eighteenth": 18, "nineteenth": 19,
+    "twentieth": 20, "thirtieth": 30}
+
+
+def digits(text: str) -> str:
+    """Numbers written as words as digits ("a table for four" -> "a table for 4"); single small
+    numbers too, which text2num leaves as words by default."""
+    text = re.sub(r"\btwenty[- ](first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b",
+                  lambda m: f"{20 + _ORDINAL_WORDS[m[1]]}th", text, flags=re.I)
+    text = re.sub(r"\bthirty[- ]first\b", "31st", text, flags=re.I)
+    text = re.sub(r"\b(" + "|".join(_ORDINAL_WORDS) + r")\b",
+                  lambda m: f"{_ORDINAL_WORDS[m[1].lower()]}th", text, flags=re.I)
+    return alpha2digit(text, "en", threshold=0)
+
+
+# ---- dates ------------------------------------------------------------------
+def parse_date(text: str, today: dt.date) -> dt.date | None:
+    """A day the caller means, today or later: "tomorrow", "Friday", "next Friday", "the 12th",
+    "December 12th", "2030-01-09". A weekday is the nearest one, today included."""
+    words = digits(text.lower().replace("’", "'"))
+    if not _DATE_WORDS.search(words):
+        return None
+    if iso := re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", words):
+        try:
+            return dt.date(int(iso[1]), int(iso[2]), int(iso[3]))
+        except ValueError:
+            return None
+    if re.search(r"\bday after tomorrow\b", words):
+        return today + dt.timedelta(days=2)
+    if re.search(r"\b(?:today|tonight)\b", words):
+        return today
+    if re.search(r"\btomorrow\b", words):
+        return today + dt.timedelta(days=1)
+    if nxt := _NEXT_WEEKDAY.search(words):
+        ahead = (_WEEKDAYS.index(nxt[1]) - today.weekday()) % 7 or 7
+        return today + dt.timedelta(days=ahead)
+    month = next((m for m in _MONTHS if re.search(rf"\b{m[:3]}\w*\b", words)), None)
+    if month is None and (day := _ORDINAL_DAY.search(words)):
+        return _next_day_of_month(int(day[1]), today)
+    if month is None and (weekday := _WEEKDAY.search(words)):
+        return today + dt.timedelta(days=(_WEEKDAYS.index(weekday[1]) - today.weekday()) % 7)
+    parsed, flag = _CALENDAR.parseDT(words, dt.datetime.combine(today, dt.time(12)))
+    if not flag:
+        return None
+    day = parsed.date()
+    if day < today:  # "December 2nd" said in late December means next year's
+        try:
+            day = day.replace(year=day.year + 1)
+        except ValueError:
+            return None
+    return day
+
+
+def _next_day_of_month(number: int, today: dt.date) -> dt.date | None:
+    year, month = today.year, today.month
+    for _ in range(13):
+        try:
+            day = dt.date(year, month, number)
+        except ValueError:
+            day = None
+        if day is not None and day >= today:
+            return day
+        month, year = (1, year + 1) if month == 12 else (month + 1, year)
+    return None
+
+
+# ---- times --------------------------------------------------------------------
+_TIME = re.compile(
+    r"\b(\d{1,2})(?:(?::|\s|\.)([0-5]\d))?\s*(a\.?\s?m\.?|p\.?\s?m\.?|o'?clock|in the morning|"
+    r"in the afternoon|in the evening|at night|tonight)?(?=\W|$)")
+_HALF_PAST = re.compile(r"\bhalf\s+past\s+(\d{1,2})\b")
+_QUARTER = re.compile(r"\bquarter\s+(past|to)\s+(\d{1,2})\b")
+_NOON = re.compile(r"\b(noon|midday|midnight)\b")
+_NOT_TIMES = re.compile(r"\b(\d{1,2})\s+(?:people|persons|guests|of us|adults|kids|children|"
+                        r"minutes|hours|days|weeks)\b")
+
+
+def parse_time(text: str, between: Sequence[str] | None = None) -> str | None:
+    """A clock time as "HH:MM": "seven pm", "7:30", "half past seven", "seven thirty", "noon".
+    An hour without am or pm is read inside ``between`` (the business's hours, "HH:MM" pair)
+    when one of the two readings falls there; otherwise 1-6 is afternoon and 7-11 morning."""
+    words = _NOT_TIMES.sub(" ", digits(text.lower().replace("’", "'")))
+    if noon := _NOON.search(words):
+        return "00:00" if noon[1] == "midnight" else "12:00"
+    if half := _HALF_PAST.search(words):
+        return _clock(int(half[1]), 30, _suffix_after(words, half.end()), between)
+    if quarter := _QUARTER.search(words):
+        hour = int(quarter[2]) - (1 if quarter[1] == "to" else 0)
+        return _clock(hour, 15 if quarter[1] == "past" else 45, _suffix_after(words, quarter.end()), between)
+    for match in _TIME.finditer(words):
+        hour, minute, suffix = int(match[1]), int(match[2] or 0), (match[3] or "")
+        if not suffix and match[2] is None and not _time_context(words, match.start()):
+            continue  # a bare number ("for 4") is no time unless "at" or "around" comes before it
+        if hour <= 24:
+            return _clock(hour, minute, suffix, between)
+    return None
+
+
+def _time_context(words: str, start: int) -> bool:
+    before = words[:start].split()[-1:] or [""]
+    return before[0] in {"at", "around", "about", "by", "after", "before", "from", "till", "until"} \
+        or words.strip() == words[start:].strip()  # the whole answer is the number
+
+
+def _suffix_after(words: str, end: int) -> str:
+    match = re.match(r"\s*(a\.?\s?m\.?|p\.?\s?m\.?|in the morning|in the afternoon|in the evening|tonight)",
+                     words[end:])
+    return match[1] if match else ""
+
+
+def _clock(hour: int, minute: int, suffix: str, between: Sequence[str] | None) -> str | None:
+    suffix = suffix.replace(".", "").replace(" ", "")
+    if hour > 23 or minute > 59:
+        return None
+    if suffix.startswith("pm") or suffix in ("intheafternoon", "intheevening", "atnight", "tonight"):
+        hour = hour + 12 if hour < 12 else hour
+    elif suffix.startswith("am") or suffix == "inthemorning":
+        hour = 0 if hour == 12 else hour
+    elif 1 <= hour <= 12:
+        hour = _likely_hour(hour, between)
+    return f"{hour:02d}:{minute:02d}"
+
+
+def _likely_hour(hour: int, between: Sequence[str] | None) -> int:
+    morning, afternoon = hour % 12, hour % 12 + 12
+    if between:
+        start, end = (to_minutes(t) for t in between)
+        inside = [h for h in (morning, afternoon) if start <= h * 60 <= end]
+        if len(inside) == 1:
+            return inside[0]
+    if hour == 12:
+        return 12
+    return afternoon if hour <= 6 else morning
+
+
+def to_minutes(clock: str) -> int:
+    hours, minutes = clock.split(":")
+    return int(hours) * 60 + int(minutes)
+
+
+# ---- numbers, names, choices -----------------------------------------------------
+def parse_integer(text: str) -> int | None:
+    """The number in the words: "four", "we are 4", "a party of six". "just me" is 1."""
+    words = digits(text.lower())
+    if re.search(r"\b(?:just me|only me|myself|alone|on my own|by myself)\b", words):
+        return 1
+    if re.search(r"\b(?:a couple|the two of us|me and my (?:wife|husband|partner|friend))\b", words):
+        return 2
+    if party := re.search(r"\b(\d{1,3})\s+(?:people|persons|guests|of us|adults|kids|children)\b", words):
+        return int(party[1])
+    found = re.findall(r"(?<![\d:])\d{1,4}(?![\d:])", words)
+    return int(found[0]) if len(found) == 1 else None
+
+
+_NAME_LEAD = re.compile(
+    r"^(?:(?:yes|yeah|sure|okay|ok|so|well|um|uh)[,.]?\s+)*(?:(?:it's|it is|its|my name is|my name's|"
+    r"the name is|name is|the name's|this is|i'm|i am|under|call me|put it under|under the name|"
+    r"book it under|for)\s+)+", re.I)
+_NOT_A_NAME = re.compile(
+    r"\b(?:table|book|reserv|appointment|tomorrow|today|people|pm|am|o'clock|what|when|how|why|where|"
+    r"yes|no|cancel|change|don't|do not|sorry|please|help)\b|\d|\?", re.I)
+
+
+def parse_name(text: str) -> str | None:
+    """A person's name from an answer to "under what name?": "It's Jordan Blake." -> "Jordan
+    Blake". At most four words, no digits, nothing that reads as a request or a question."""
+    name = _NAME_LEAD.sub("", text.strip()).strip(" .,!")
+    name = re.sub(r"\s*,?\s*(?:please|thanks|thank you)$", "", name, flags=re.I).strip(" .,!")
+    words = name.split()
+    if not 1 <= len(words) <= 4 or _NOT_A_NAME.search(name):
+        return None
+    return " ".join(w[:1].upper() + w[1:] for w in words)
+
+
+def match_choice(text: str, choices: Sequence[str]) -> str | None:
+    """The one allowed value the words name (case and spacing aside); None for none or several."""
+    words = " " + re.sub(r"[^\w]+", " ", text.lower()) + " "
+    found = [c for c in choices if c and " " + re.sub(r"[^\w]+", " ", c.lower()).strip() + " " in words]
+    if len(found) > 1:  # "beard trim" also names "trim": the longest wins when it holds the others
+        longest = max(found, key=len)
+        if all(c.lower() in longest.lower() for c in found):
+            return longest
+        return None
+    return found[0] if found else None
+
+
+def plain_text(text: str, limit: int = 200) -> str | None:
+    text = " ".join(text.split()).strip(" .")
+    return text[:limit] if text else None
+
+
+def normalise(kind: str, text: Any, *, today: dt.date, between: Sequence[str] | None = None,
+              choices: Sequence[str] = ()) -> Any:
+    """The value of ``kind`` in ``text`` (a caller's words or the model's copy of them), or None."""
+    if text is None:
+        return None
+    if isinstance(text, bool | int | float) and kind in ("integer", "number"):
+        return int(text) if kind == "integer" else text
+    text = str(text).strip()
+    if not text or text.lower() in ("null", "none", "unknown", "n/a"):
+        return None
+    if choices:
+        return match_choice(text, choices)
+    if kind == "date":
+        day = parse_date(text, today)
+        return day.isoformat() if day else None
+    if kind == "time":
+        return parse_time(text, between)
+    if kind in ("integer", "number"):
+        return parse_integer(text)
+    if kind == "name":
+        return parse_name(text)
+    return plain_text(text)
