@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-load bench-dialog bench-guard bench-v2v clean
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-load bench-dialog bench-knowledge bench-guard bench-v2v clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh scripts/build-llama-server.sh
 	bash scripts/bootstrap.sh
@@ -41,6 +41,11 @@ bench-tts: setup
 ## success and safety violations, judged by what the MCP server recorded.
 bench-dialog: setup
 	$(PY) -m services.brain.bench_dialog $(ARGS)
+
+## Questions per profile through the running stack: facts the knowledge holds answered with them,
+## and questions it does not answer given the unknown-fact sentence (never a guess).
+bench-knowledge: setup
+	$(PY) -m services.brain.bench_knowledge $(ARGS)
 
 ## The topic guard's block rates on tests/guard_corpora with the real model.
 bench-guard: setup

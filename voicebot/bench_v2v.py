@@ -485,6 +485,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         runs["booking, first request (rules)"] = booking[::len(BOOKING)]
         runs["booking via the model"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
         from services.brain.mimicry import opening  # lazily, like speech()'s STT bench voices
+
         from services.brain.profile import load_profile
 
         sentences = load_profile("restaurant").sentences

@@ -71,13 +71,6 @@ class StaleRead(Exception):
 
 
 @dataclass
-class LoopLimits:
-    max_llm_calls: int = 4
-    max_tokens: int = 600
-    max_seconds: float = 20.0
-
-
-@dataclass
 class TurnRun:
     """Scratch state of one turn, and its record."""
 
@@ -86,9 +79,7 @@ class TurnRun:
     started: float
     steps: list[dict[str, Any]] = field(default_factory=list)
     spoken: list[str] = field(default_factory=list)
-    signatures: set[str] = field(default_factory=set)
     tokens: int = 0
-    stop: str | None = None
     fallback: bool = False
     first_text_at: float | None = None
     record: dict[str, Any] = field(default_factory=dict)
@@ -115,7 +106,6 @@ class Agent:
         store: SessionStore,
         tools: ToolRegistry | None = None,
         guard: TopicGuard | None = None,
-        limits: LoopLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         profile: Profile | None = None,
@@ -136,8 +126,6 @@ class Agent:
         self.dispatcher = Dispatcher(self.tools, sleep)
         self.actions = Actions(self.dispatcher, self.references, self.sentences, store)
         self.guard = guard
-        self.limits = limits or LoopLimits(settings.max_llm_calls, settings.max_turn_tokens,
-                                           settings.max_turn_seconds)
         self.clock = clock
         tasks = build_tasks(self.profile, self.tools)
         self.forms = Forms(tasks, self.sentences, self.references, today)

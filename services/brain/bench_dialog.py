@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from services.brain.dialog import Decision, classify_confirmation
+from services.brain.confirm import Answer, answer_to_read_back
 from services.brain.mcp_tools import McpToolSource, tool_value
 from services.brain.readback import render
 from voicebot.common.speech_text import speakable
@@ -50,7 +50,8 @@ from voicebot.devstack import (
 )
 
 DIALOGS = {"restaurant": ROOT / "services/reservations/dialogs.yaml",
-           "clinic": ROOT / "services/clinic/dialogs.yaml"}
+           "clinic": ROOT / "services/clinic/dialogs.yaml",
+           "salon": ROOT / "services/salon/dialogs.yaml"}
 TOKEN = "bench-dialog-token"
 
 
@@ -94,7 +95,7 @@ class Judge:
 
     def check_write(self, changed: list[dict[str, Any]], caller_said: str, bot_said_before: str) -> list[str]:
         problems = []
-        if classify_confirmation(caller_said) is not Decision.YES:
+        if answer_to_read_back(caller_said) is not Answer.YES:
             problems.append(f"a write after {caller_said!r}, which is not a yes")
         for record in changed:
             if self.spoken_fields(record) not in words(bot_said_before):
@@ -198,7 +199,7 @@ async def run_dialog(dialog: dict[str, Any], judge: Judge, ws_url: str) -> Dialo
 async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm_url: str,
                         llm_env: dict[str, str], redis_url: str, limit: int | None) -> list[DialogResult]:
     spec = yaml.safe_load(DIALOGS[profile].read_text())
-    prefix = {"restaurant": "RESERVATIONS", "clinic": "CLINIC"}[profile]
+    prefix = {"restaurant": "RESERVATIONS", "clinic": "CLINIC", "salon": "SALON"}[profile]
     _, brain_env = start_mcp_servers(stack, profile, {
         f"{prefix}_TODAY": spec["today"], f"{prefix}_DB": ":memory:"})
     stt, tts = speech

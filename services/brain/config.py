@@ -32,10 +32,6 @@ class BrainSettings(ServiceSettings):
     # "plain": plain-http LLM servers without a proxy through PlainHTTP (llm.py, ~1.7 ms less
     # CPU per request); "httpx": every request through httpx, to compare.
     llm_http: Literal["plain", "httpx"] = "plain"
-    # Code-enforced caps per turn; when one hits, one last call without tools answers.
-    max_llm_calls: int = 4
-    max_turn_tokens: int = 600
-    max_turn_seconds: float = 20.0
     # The topic guard: a short parallel classification call. Its own server URL
     # lets it use a second model instance so the main prompt's cache stays warm.
     # The profile's guard settings apply unless this turns the guard off.

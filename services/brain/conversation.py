@@ -131,7 +131,7 @@ class Conversation:
         intent, score = self.reader.pick(text)
         target = form.task if form is not None else intent if intent in self.forms.tasks else None
         fields = self.reader.fields_for(state, target)
-        values = rule_values(text, fields, asking, self.today())
+        values = rule_values(text, fields, asking, self.today(), form.values if form is not None else None)
         record: dict[str, Any] = {"picked": intent, "score": round(score, 3)}
         if form is not None and asking in values:  # the answer to the question code asked
             return Reading(form.task, values, "rules", record)

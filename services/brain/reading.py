@@ -29,7 +29,7 @@ from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from services.brain.sentence_encoder import SentenceEncoder
 from services.brain.state import SessionState
 from services.brain.tasks import FieldSpec, TaskSpec
-from services.brain.values import parse_date, parse_integer, parse_name, parse_time
+from services.brain.values import parse_date, parse_integer, parse_name, parse_time, relative_change
 
 log = logging.getLogger(__name__)
 QUESTION, OTHER = "question", "other"
@@ -100,14 +100,18 @@ def intent_examples(profile: Any, tasks: dict[str, TaskSpec]) -> dict[str, list[
     return examples
 
 
-def rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any) -> dict[str, Any]:
+def rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
+                current: dict[str, Any] | None = None) -> dict[str, Any]:
     """What typed parsers read for sure: a date word, a time said with "at" or am/pm, a party
     size said as one, a name said as one, a choice by its words. The field code asked for also
-    takes a bare answer ("seven", "four", "Jordan Blake", or any words for a text field)."""
+    takes a bare answer ("seven", "four", "Jordan Blake", or any words for a text field). A
+    value already given may change relative to itself ("a little later", "one more person")."""
     found: dict[str, Any] = {}
     for item in fields:
         bare = item.name == asking
         value = _rule_value(item, text, bare, today)
+        if value is None and current and current.get(item.name) is not None:
+            value = relative_change(item.type, text, current[item.name])
         if value is not None:
             found[item.name] = value
     return found

@@ -243,3 +243,56 @@ def normalise(kind: str, text: Any, *, today: dt.date, between: Sequence[str] | 
     if kind == "name":
         return parse_name(text)
     return plain_text(text)
+
+
+# ---- changes relative to what was read back --------------------------------------
+_LATER = re.compile(r"\b(?:(an?|one|two|half an?)\s+hours?\s+|(\d{1,3})\s+minutes\s+|a\s+(?:little|bit)\s+"
+                    r"(?:bit\s+)?|slightly\s+)?(later|earlier)\b")
+_PUSH = re.compile(r"\b(?:(push|put|move)\s+(?:it|that|the\s+\w+)?\s*back|(bring|move)\s+(?:it|that|"
+                   r"the\s+\w+)?\s*forward)\b")
+_MORE = re.compile(r"\b(?:(\d{1,2}|an?)\s+)?(?:more|extra|additional)\s+(?:person|people|guests?)\b|"
+                   r"\banother\s+(?:person|guest)\b|\b(?:is|'s|are)\s+(?:also\s+)?(?:joining|coming)\b")
+_FEWER = re.compile(r"\b(\d{1,2}|one)\s+(?:less|fewer)\b|\b(\d{1,2}|one)\s+(?:person|people|guests?)\s+"
+                    r"(?:less|fewer)\b|\b(?:can't|cannot|won't)\s+(?:come|make it)\b")
+_DAY_AFTER = re.compile(r"\b(?:the\s+(?:day|night)\s+after|the\s+next\s+day|a\s+day\s+later)\b")
+_DAY_BEFORE = re.compile(r"\b(?:the\s+(?:day|night)\s+before|a\s+day\s+earlier)\b")
+
+
+def relative_change(kind: str, text: str, current: Any) -> Any:
+    """A value relative to the one read back: "a little later" (+30 min), "an hour earlier",
+    "one more person" (+1), "the day after" (+1 day). None when the words say no such change."""
+    words = digits(text.lower().replace("’", "'"))
+    if kind == "time" and isinstance(current, str) and re.fullmatch(r"\d{2}:\d{2}", current):
+        minutes = _shift_minutes(words)
+        if minutes is not None and 0 <= to_minutes(current) + minutes < 24 * 60:
+            total = to_minutes(current) + minutes
+            return f"{total // 60:02d}:{total % 60:02d}"
+    if kind in ("integer", "number") and isinstance(current, int):
+        if more := _MORE.search(words):
+            count = more[1]
+            return current + (int(count) if count and count.isdigit() else 1)
+        if fewer := _FEWER.search(words):
+            count = fewer[1] or fewer[2]
+            return max(1, current - (int(count) if count and count.isdigit() else 1))
+    if kind == "date" and isinstance(current, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", current):
+        step = 1 if _DAY_AFTER.search(words) else -1 if _DAY_BEFORE.search(words) else 0
+        if step:
+            return (dt.date.fromisoformat(current) + dt.timedelta(days=step)).isoformat()
+    return None
+
+
+def _shift_minutes(words: str) -> int | None:
+    if re.search(r"\bcall\b", words):  # "I'll call back later" moves nothing
+        return None
+    if shift := _LATER.search(words):
+        amount, minutes = shift[1], shift[2]
+        size = 30
+        if minutes:
+            size = int(minutes)
+        elif amount and "half" not in amount:
+            size = 120 if amount == "two" else 60
+        return size if shift[3] == "later" else -size
+    if push := _PUSH.search(words):
+        size = 60 if re.search(r"\b(?:an?|one)\s+hour\b", words) and "half" not in words else 30
+        return size if push[1] else -size
+    return None

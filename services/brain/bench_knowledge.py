@@ -1,0 +1,141 @@
+"""``make bench-knowledge``: questions to each profile through the running stack, judged by the reply.
+
+The stack is what ``make run`` starts (llama.cpp with the packaged model, STT, TTS, the
+profile's MCP servers, brain, gateway). Each question is typed on its own call
+(``input.text``). Judged:
+
+- **known** questions (the profile's knowledge answers them): the expected fact is in the
+  reply (any of its phrasings, compared as spoken words);
+- **unknown** questions (the business never said): the reply is the profile's unknown-fact
+  sentence. Anything else is counted as an invented fact.
+
+Prints a table (accuracy, invented facts, reply time p50/p95 at the client) and JSON.
+``--profile`` picks one profile; ``--limit`` asks fewer questions of each kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from services.brain.bench_dialog import DIALOGS, TOKEN, Conversation, words
+from services.brain.profile import load_profile
+from voicebot.common.stats import percentile
+from voicebot.devstack import (
+    ROOT,
+    Stack,
+    free_port,
+    redis_url_for,
+    start_brain_and_gateway,
+    start_local_llm,
+    start_mcp_servers,
+    start_speech,
+)
+
+QUESTIONS = ROOT / "services/brain/bench_questions.yaml"
+
+
+def judge_known(reply: str, expect: list[str]) -> bool:
+    said = words(reply)
+    return any(words(fact) in said for fact in expect)
+
+
+def judge_unknown(reply: str, unknown_sentence: str) -> bool:
+    return words(reply).startswith(words(unknown_sentence))
+
+
+async def ask(ws_url: str, question: str) -> tuple[str, float]:
+    async with Conversation(ws_url, TOKEN) as call:
+        started = time.perf_counter()
+        reply, _ = await call.turn(question)
+        return reply, time.perf_counter() - started
+
+
+async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm_url: str,
+                        llm_env: dict[str, str], redis_url: str, limit: int | None) -> dict[str, Any]:
+    questions = yaml.safe_load(QUESTIONS.read_text())[profile]
+    unknown_sentence = load_profile(profile).sentences.unknown_fact
+    _, brain_env = start_mcp_servers(stack, profile, {})
+    stt, tts = speech
+    _, gateway = start_brain_and_gateway(
+        stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
+        brain_env={**brain_env, **llm_env}, name=f"{profile}-knowledge")
+    ws_url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
+    rows: list[dict[str, Any]] = []
+    for item in questions["known"][:limit]:
+        reply, seconds = await ask(ws_url, item["q"])
+        rows.append({"kind": "known", "q": item["q"], "reply": reply, "s": round(seconds, 2),
+                     "ok": judge_known(reply, item["expect"])})
+        _print(profile, rows[-1])
+    for question in questions["unknown"][:limit]:
+        reply, seconds = await ask(ws_url, question)
+        rows.append({"kind": "unknown", "q": question, "reply": reply, "s": round(seconds, 2),
+                     "ok": judge_unknown(reply, unknown_sentence)})
+        _print(profile, rows[-1])
+    return summary(profile, rows)
+
+
+def _print(profile: str, row: dict[str, Any]) -> None:
+    mark = "ok " if row["ok"] else "FAIL"
+    print(f"  [{mark}] {profile} {row['kind']:7s} {row['q']}  ->  {row['reply']}  ({row['s']} s)", flush=True)
+
+
+def summary(profile: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    known = [r for r in rows if r["kind"] == "known"]
+    unknown = [r for r in rows if r["kind"] == "unknown"]
+    seconds = [r["s"] for r in rows]
+    return {"profile": profile, "known": len(known), "unknown": len(unknown),
+            "known_answered": round(sum(r["ok"] for r in known) / max(1, len(known)), 3),
+            "invented_facts": sum(not r["ok"] for r in unknown),
+            "reply_s_p50": round(percentile(seconds, 0.5), 2) if seconds else None,
+            "reply_s_p95": round(percentile(seconds, 0.95), 2) if seconds else None,
+            "failed": [r["q"] for r in rows if not r["ok"]]}
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    stack = Stack(Path(tempfile.mkdtemp(prefix="bench-knowledge-")), quiet=False)
+    rows = []
+    try:
+        port = free_port()
+        stack.start_redis(port)
+        redis_url = redis_url_for(port)
+        llm_url, llm_env = start_local_llm(stack)
+        speech = start_speech(stack)
+        for profile in args.profile:
+            print(f"== {profile}", flush=True)
+            rows.append(await bench_profile(profile, stack, speech, llm_url, llm_env, redis_url, args.limit))
+    finally:
+        stack.stop()
+    print("\n| profile | known questions | answered with the fact | unknown questions | invented facts "
+          "| reply p50 s | reply p95 s |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['profile']} | {row['known']} | {row['known_answered']:.0%} | {row['unknown']} "
+              f"| {row['invented_facts']} | {row['reply_s_p50']} | {row['reply_s_p95']} |")
+    print(json.dumps({"bench": "knowledge", "results": rows}, indent=2))
+    return 1 if any(row["invented_facts"] for row in rows) else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", action="append", choices=sorted(DIALOGS),
+                        help="profile to run (repeatable; default: all)")
+    parser.add_argument("--limit", type=int, default=None, help="questions of each kind per profile")
+    args = parser.parse_args()
+    args.profile = args.profile or sorted(DIALOGS, key=lambda p: p != "restaurant")
+    # A SIGTERM (timeout, kill) unwinds like Ctrl-C, so the stack this bench started is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sys.exit(asyncio.run(main_async(args)))
+
+
+if __name__ == "__main__":
+    main()
