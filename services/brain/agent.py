@@ -35,13 +35,12 @@ from services.brain.conversation import Conversation, Decision
 from services.brain.dialog import handoff_summary, is_dialogue_act
 from services.brain.form import Forms, ReadTool
 from services.brain.guard import GuardVerdict, TopicGuard
-from services.brain.llm import ChatChunk, ChatFunction, LLMRequestError, LLMUnavailable
+from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from services.brain.metrics import (
     GUARD_BLOCKS,
     HANDOFFS,
     KNOWLEDGE_ANSWERS,
     LLM_FALLBACKS,
-    LLM_TOKENS,
     LLM_TTFT_SECONDS,
     READINGS,
 )
@@ -77,14 +76,12 @@ class TurnRun:
     request: brain_pb2.RespondRequest
     history: SessionHistory
     started: float
-    steps: list[dict[str, Any]] = field(default_factory=list)
     spoken: list[str] = field(default_factory=list)
-    tokens: int = 0
     fallback: bool = False
     first_text_at: float | None = None
     record: dict[str, Any] = field(default_factory=dict)
     # Cleared while the topic guard's screen judges the words; set again once it passed them or
-    # the guard's LLM call is on its way. The turn's model calls wait for it (``Agent._respond``).
+    # the guard's LLM call is on its way. The turn's model reading waits for it (``Agent._respond``).
     guard_asked: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
 
     @property
@@ -213,11 +210,9 @@ class Agent:
         passed = asyncio.Event()
         guard = None
         if self.guard is not None and not self._skips_guard(turn):
-            # The reply's first model call waits for the screen (~7 ms; ``guard_screen_first``):
+            # The turn's model reading waits for the screen (a few ms; ``guard_screen_first``):
             # when the LLM must judge, the guard's call reaches the LLM server first and the two
-            # prefill in one batch. Sent behind the reply's, the guard's prefill waited for it,
-            # and the held reply for the verdict: 547 ms after the turn's start against 418 when
-            # sent together (p50, make bench-v2v, 2026-12-04), the reply's own first text at 265.
+            # prefill in one batch, rather than the guard's behind the reading's.
             if self.settings.guard_screen_first:
                 turn.guard_asked.clear()
             guard = asyncio.create_task(self.guard.check(request.text, request.language,
@@ -452,7 +447,7 @@ class Agent:
             return await self._read_tool(turn, name, arguments, events)
 
         decision = await self.conversation.decide(turn.state, request.text, request.turn_id,
-                                                  turn.last_turn(), read)
+                                                  turn.last_turn(), read, turn.guard_asked.wait)
         self._record_decision(turn, decision)
         if decision.fallback:
             LLM_FALLBACKS.inc()
@@ -570,26 +565,6 @@ class Agent:
         await events.put(brain_pb2.RespondEvent(turn_id=turn.request.turn_id,
                                                 delta=brain_pb2.TextDelta(text=text)))
 
-    def _count(self, turn: TurnRun, chunk: ChatChunk, call_record: dict[str, Any]) -> None:
-        """A chunk's token counts into the call's record and the metrics."""
-        if chunk.usage:
-            self._usage(turn, chunk.usage, call_record)
-        if chunk.timings:  # llama.cpp's server says how much of the prompt it had cached
-            call_record.update(cached_tokens=chunk.timings.get("cache_n"),
-                               prefill_tokens=chunk.timings.get("prompt_n"),
-                               prefill_ms=round(chunk.timings.get("prompt_ms") or 0))
-
-    @staticmethod
-    def _usage(turn: TurnRun, usage: dict[str, Any], call_record: dict[str, Any]) -> None:
-        prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        call_record.update(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
-        turn.tokens += completion
-        LLM_TOKENS.labels("input").inc(prompt)
-        LLM_TOKENS.labels("output").inc(completion)
-        if cached:
-            LLM_TOKENS.labels("cached").inc(cached)
-
     def _background_record(self, turn: TurnRun, outcome: str) -> None:
         self._in_background(self._store_record(turn, outcome))
 
@@ -662,7 +637,3 @@ def join_deltas(items: list[Any]) -> list[Any]:
         else:
             out.append(item)
     return out
-
-
-def chunk_usage_seen(call_record: dict[str, Any]) -> bool:
-    return "completion_tokens" in call_record

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +60,7 @@ class Conversation:
         self.today = today
 
     async def decide(self, state: SessionState, text: str, turn_id: str, last_turn: Turn | None,
-                     read: ReadTool) -> Decision:
+                     read: ReadTool, before_model: Callable[[], Awaitable[Any]] | None = None) -> Decision:
         if asks_for_human(text):
             return Decision(self.sentences.handoff, handoff="caller_request")
         answer = Answer.OTHER
@@ -69,7 +69,7 @@ class Conversation:
             decided = self._answer_to_read_back(state, answer, turn_id, last_turn)
             if decided is not None:
                 return decided
-        reading = await self.read(state, text)
+        reading = await self.read(state, text, before_model)
         if reading.failed:  # the words needed the model and it could not read them: say so
             return Decision(self.sentences.fallback, read=reading, fallback=True)
         if state.pending is not None:
@@ -123,7 +123,8 @@ class Conversation:
         return self._read_back_again(state, turn_id)
 
     # ---- 3. the reading ------------------------------------------------------------
-    async def read(self, state: SessionState, text: str) -> Reading:
+    async def read(self, state: SessionState, text: str,
+                   before_model: Callable[[], Awaitable[Any]] | None = None) -> Reading:
         """Rules and embeddings first; the model only for what they cannot read: the task when
         the embeddings cannot tell, or a name or free text said inside a longer sentence."""
         form = state.form
@@ -140,6 +141,8 @@ class Conversation:
                 intent = QUESTION if is_question(text) else form.task if form and values else OTHER
             return Reading(intent, values, "rules" if values else "embeddings", record)
         question = self.forms.question(state, self._asked_field(state)) if form is not None else ""
+        if before_model is not None:
+            await before_model()
         model = await self.reader.model_reading(text, state, question, fields)
         model.record.update(record)
         return Reading(intent or model.intent, {**model.values, **values}, "model", model.record,

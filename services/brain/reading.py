@@ -20,18 +20,30 @@ import asyncio
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
+from services.brain.metrics import LLM_CALL_SECONDS, LLM_TOKENS
 from services.brain.sentence_encoder import SentenceEncoder
 from services.brain.state import SessionState
 from services.brain.tasks import FieldSpec, TaskSpec
-from services.brain.values import parse_date, parse_integer, parse_name, parse_time, relative_change
+from services.brain.values import (
+    digits,
+    match_choice,
+    parse_date,
+    parse_integer,
+    parse_name,
+    parse_time,
+    relative_change,
+)
+from voicebot.common.telemetry import tracer
 
 log = logging.getLogger(__name__)
+TRACER = tracer("voicebot.brain")
 QUESTION, OTHER = "question", "other"
 _QUESTION = re.compile(
     r"\?\s*$|^(?:what|what's|whats|why|how|who|where|when|which|is|are|do|does|can|could|will|would|"
@@ -118,7 +130,6 @@ def rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
 
 
 def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
-    from services.brain.values import digits, match_choice
 
     if item.choices:
         return match_choice(text, item.choices)
@@ -174,20 +185,41 @@ class Reader:
         messages = reading_prompt(self.business, self.tasks, fields, question, text)
         parts: list[str] = []
         record: dict[str, Any] = {"purpose": "reading"}
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                async for chunk in self.chat(messages, max_tokens=self.max_tokens, response_format={
-                        "type": "json_schema", "json_schema": {"name": "reading", "schema": schema}}):
-                    parts.append(chunk.text)
-            data = json.loads("".join(parts))
-        except (LLMUnavailable, LLMRequestError, ValueError, TimeoutError) as exc:
-            log.info("no usable reading from the model", extra={"error": str(exc)[:200]})
-            record["error"] = str(exc)[:200]
-            return Reading(OTHER, {}, "model", record, failed=True)
+        started = time.perf_counter()
+        with TRACER.start_as_current_span("llm.reading", attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.request.max_tokens": self.max_tokens}) as span:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    async for chunk in self.chat(messages, max_tokens=self.max_tokens, response_format={
+                            "type": "json_schema", "json_schema": {"name": "reading", "schema": schema}}):
+                        parts.append(chunk.text)
+                        if chunk.usage:
+                            record.update(count_tokens(chunk.usage))
+                data = json.loads("".join(parts))
+            except (LLMUnavailable, LLMRequestError, ValueError, TimeoutError) as exc:
+                log.info("no usable reading from the model", extra={"error": str(exc)[:200]})
+                record["error"] = str(exc)[:200]
+                return Reading(OTHER, {}, "model", record, failed=True)
+            finally:
+                LLM_CALL_SECONDS.observe(time.perf_counter() - started)
+                record["ms"] = round((time.perf_counter() - started) * 1000)
+                span.set_attributes({f"gen_ai.usage.{k}": v for k, v in record.items()
+                                     if k in ("input_tokens", "output_tokens") and v is not None})
         record["reading"] = data
         intent = data.get("intent") if data.get("intent") in (*self.tasks, QUESTION, OTHER) else OTHER
         values = {f.name: data.get(f.name) for f in fields if data.get(f.name) not in (None, "")}
         return Reading(intent, values, "model", record)
+
+
+def count_tokens(usage: dict[str, Any]) -> dict[str, Any]:
+    """A reading's token counts, into the metrics and its record."""
+    prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    LLM_TOKENS.labels("input").inc(prompt)
+    LLM_TOKENS.labels("output").inc(completion)
+    if cached:
+        LLM_TOKENS.labels("cached").inc(cached)
+    return {"input_tokens": prompt, "output_tokens": completion, "cached_tokens": cached}
 
 
 def reading_schema(tasks: list[str], fields: list[FieldSpec]) -> dict[str, Any]:
