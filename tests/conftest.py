@@ -100,6 +100,10 @@ class RunningStack:
         return f"http://127.0.0.1:{self.gateway_port}"
 
 
+# The test stack's business: FAQ answers, no tools (tests/fakes/profiles/stack.yaml).
+STACK_PROFILE = Path(__file__).parent / "fakes" / "profiles" / "stack.yaml"
+
+
 @pytest.fixture(scope="session")
 def services(redis_url, fake_llm):
     """STT (Whisper base), TTS (piper), brain (scripted LLM) and gateway as real processes."""
@@ -108,7 +112,8 @@ def services(redis_url, fake_llm):
         stt, tts = start_speech(stack)
         brain, gateway = start_brain_and_gateway(
             stack, redis_url=redis_url, llm_base_url=fake_llm.base_url, tokens=TOKENS, stt=stt, tts=tts,
-            brain_env={"BRAIN_LLM_DEADLINE_S": "2"}, env={"GATEWAY_TWILIO_SECRET": TWILIO_SECRET},
+            brain_env={"BRAIN_LLM_DEADLINE_S": "2", "BRAIN_PROFILE": str(STACK_PROFILE)},
+            env={"GATEWAY_TWILIO_SECRET": TWILIO_SECRET},
             name="fake")
         yield RunningStack(stack, redis_url, stt, tts, f"127.0.0.1:{brain.ready['grpc']}",
                            gateway.ready["http"], {"stt": stt.ready["metrics"], "tts": tts.ready["metrics"],

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.brain.form import ReadTool, items_of
+from services.brain.metrics import KNOWLEDGE_PREFETCHES
 from services.brain.profile import Sentences
 from services.brain.spoken import SpokenTextCleaner
 
@@ -80,6 +81,7 @@ class Answers:
         """Retrieval started on the words so far (the speculative transcript): at the endpoint
         the same words find it done."""
         if self.knowledge is not None and text.strip():
+            KNOWLEDGE_PREFETCHES.inc()
             self.knowledge.prefetch(text)
 
     async def answer(self, text: str, language: str = "en", read: ReadTool | None = None) -> Answer:

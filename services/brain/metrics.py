@@ -21,4 +21,6 @@ GUARD_SECONDS = Histogram("voicebot_guard_seconds", "Topic guard verdict time", 
 # How each turn's words were read: rules, embeddings or the model (reading.py).
 READINGS = Counter("voicebot_readings_total", "Turns read, by what read them", ["by"])
 KNOWLEDGE_ANSWERS = Counter("voicebot_knowledge_answers_total", "Questions answered", ["known"])
+# Searches started on the caller's words so far (Brain.Prefill), before the endpoint.
+KNOWLEDGE_PREFETCHES = Counter("voicebot_knowledge_prefetches_total", "Knowledge searches started early")
 HANDOFFS = Counter("voicebot_handoffs_total", "Calls handed to a human", ["reason"])

@@ -23,12 +23,19 @@ from starlette.routing import Route
 from voicebot.devstack import free_port
 
 
+def default_reply(body: dict[str, Any]) -> str:
+    """A reading (the brain's only kind of model call) reads nothing; anything else gets a line."""
+    if body.get("response_format"):
+        return '{"intent": "other"}'
+    return "Sure, I can help with that."
+
+
 @dataclass
 class FakeLLM:
     """``script(body)`` returns the reply: a string, or a dict with optional "content",
     "tool_calls" ([{"name", "arguments"}], arguments a string or an object) and "delay_s"."""
 
-    script: Callable[[dict[str, Any]], str | dict[str, Any]] = lambda _body: "Sure, I can help with that."
+    script: Callable[[dict[str, Any]], str | dict[str, Any]] = default_reply
     fail_next: int = 0
     fail_status: int = 503
     fail_headers: dict[str, str] = field(default_factory=dict)  # e.g. {"Retry-After": "1"} with 429

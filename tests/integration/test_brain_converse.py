@@ -18,6 +18,8 @@ from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
 pytestmark = pytest.mark.integration
+# The test stack's FAQ answer to "When do you open?" (tests/fakes/profiles/stack.yaml).
+OPEN = "We open at noon and close at ten in the evening."
 
 
 def start(session: str, text: str) -> brain_pb2.ConverseRequest:
@@ -34,7 +36,6 @@ async def stored_turns(redis_url: str, session: str) -> list:
 
 
 async def test_a_committed_turn_streams_early_and_is_stored(services, scripted_llm):
-    scripted_llm.script = lambda _b: "We open at noon."
     session = uuid.uuid4().hex
     commit = asyncio.Event()
 
@@ -52,11 +53,10 @@ async def test_a_committed_turn_streams_early_and_is_stored(services, scripted_l
                 commit.set()
     assert kinds[0] == "delta" and kinds[-1] == "final"
     [turn] = await stored_turns(services.redis_url, session)
-    assert turn.assistant == "We open at noon."
+    assert turn.assistant == OPEN
 
 
 async def test_a_turn_the_client_closes_without_a_commit_is_discarded(services, scripted_llm):
-    scripted_llm.script = lambda _b: "We open at noon."
     session = uuid.uuid4().hex
     got_text = asyncio.Event()
 
@@ -134,15 +134,13 @@ def prompt_text(body: dict) -> str:
 
 async def test_a_turn_after_prepare_starts_from_the_session_read_while_the_caller_spoke(
         services, scripted_llm):
-    scripted_llm.script = lambda _b: "Seven is free."
     session = uuid.uuid4().hex
     await store_turn(services.redis_url, session, Turn("t0", "A table for two.", "For what time?"))
-    kinds = await converse_ahead(services, session, "At seven.")
+    kinds = await converse_ahead(services, session, "When do you open?")
     assert kinds[0] == "delta" and kinds[-1] == "final"
-    # The earlier turn, read ahead, is in the reply's prompt.
-    assert any("For what time?" in prompt_text(body) for body in scripted_llm.requests)
+    # The turn was stored on the history read ahead: the earlier turn is kept before it.
     assert [t.assistant for t in await stored_turns(services.redis_url, session)] == [
-        "For what time?", "Seven is free."]
+        "For what time?", OPEN]
 
 
 async def test_a_write_between_the_read_ahead_and_the_turn_starts_it_again_on_a_fresh_read(
@@ -150,28 +148,27 @@ async def test_a_write_between_the_read_ahead_and_the_turn_starts_it_again_on_a_
     """Another connection of the session completes a turn while this caller speaks. The turn
     confirms its read ahead before anything leaves the brain: stale, so it runs again on a fresh
     read. The caller hears only the fresh answer, and both turns are stored."""
-    scripted_llm.script = lambda body: "Fresh." if "Hi there." in prompt_text(body) else "Stale."
     session = uuid.uuid4().hex
 
     async def another_connection():
         await store_turn(services.redis_url, session, Turn("t_other", "Hello?", "Hi there."))
 
-    events = await converse_ahead(services, session, "At seven.", between=another_connection,
+    events = await converse_ahead(services, session, "When do you open?", between=another_connection,
                                   texts=True)
-    assert events[-1] == ("final", "Fresh.")
-    assert all("Stale." not in text for _kind, text in events)
+    assert events[-1] == ("final", OPEN)
+    assert [kind for kind, _ in events].count("final") == 1  # the stale start never reached the caller
+    # Stored on the fresh read: the other connection's turn is kept, not overwritten.
     assert [(t.turn_id, t.assistant) for t in await stored_turns(services.redis_url, session)] == [
-        ("t_other", "Hi there."), ("t1", "Fresh.")]
+        ("t_other", "Hi there."), ("t1", OPEN)]
 
 
 async def test_a_read_ahead_for_another_user_is_never_used(services, scripted_llm):
     """``prepare`` names mallory's session; the turn is alice's: it reads her own (empty) one."""
-    scripted_llm.script = lambda _b: "Sure."
     session = uuid.uuid4().hex
     await store_turn(services.redis_url, session, Turn("t0", "My code is 4417.", "Noted."), user="mallory")
     kinds = await converse_ahead(services, session, "What did I say?", user="mallory")
     assert kinds[-1] == "final"
-    assert scripted_llm.requests and not any("4417" in prompt_text(b) for b in scripted_llm.requests)
+    assert not any("4417" in prompt_text(b) for b in scripted_llm.requests)
     assert [t.user for t in await stored_turns(services.redis_url, session)] == ["What did I say?"]
 
 
@@ -201,7 +198,6 @@ async def test_a_start_that_says_it_is_committed_needs_no_commit_message(service
     start carries ``committed``, and the turn runs and is stored with nothing more sent (the
     call then ends ``HALF_CLOSE_WAIT_S`` after the turn, for want of the client's half-close); a
     commit message behind it (for an older brain) changes nothing."""
-    scripted_llm.script = lambda _b: "We open at noon."
     sessions = [uuid.uuid4().hex, uuid.uuid4().hex]
     more_after_start = asyncio.Event()  # never set: the call stays open, nothing more sent
 
@@ -220,7 +216,7 @@ async def test_a_start_that_says_it_is_committed_needs_no_commit_message(service
             assert kinds[0] == "delta" and kinds[-1] == "final"
     for session in sessions:
         [turn] = await stored_turns(services.redis_url, session)
-        assert turn.assistant == "We open at noon."
+        assert turn.assistant == OPEN
 
 
 async def test_the_call_ends_only_once_the_client_has_half_closed(services, scripted_llm):
@@ -228,7 +224,6 @@ async def test_the_call_ends_only_once_the_client_has_half_closed(services, scri
     start, for an older brain): the call's end waits for the client's half-close. Ended before
     it, the stream was reset under the client's write, which grpc.aio then reported as INTERNAL
     in place of the call's OK (grpc/grpc#36066)."""
-    scripted_llm.script = lambda _b: "We open at noon."
     session = uuid.uuid4().hex
     loop = asyncio.get_running_loop()
     half_closed_at = []
@@ -251,7 +246,6 @@ async def test_the_call_ends_only_once_the_client_has_half_closed(services, scri
 async def test_clients_whose_last_write_trails_the_turn_all_see_ok(services, scripted_llm):
     """The race itself: 200 committed starts whose commit follows 0-8 ms later, ten at a time.
     Before the brain waited for the half-close, 2 in 300 such calls ended INTERNAL."""
-    scripted_llm.script = lambda _b: "We open at noon."
     rng = random.Random(7)
 
     async def one(channel) -> str:

@@ -1,5 +1,6 @@
-"""Brain.Prefill over real gRPC: the caller's words so far reach the LLM server as a one-token
-prompt; a bad request is refused with the field named, an unauthenticated one refused outright.
+"""Brain.Prefill over real gRPC: the caller's words so far start the knowledge search (counted on
+the brain's /metrics); a bad request is refused with the field named, an unauthenticated one
+refused outright.
 
 The brain process of the shared ``services`` fixture (scripted LLM), a real redis-server.
 """
@@ -7,12 +8,13 @@ The brain process of the shared ``services`` fixture (scripted LLM), a real redi
 from __future__ import annotations
 
 import asyncio
+import re
+import urllib.request
 import uuid
 
 import grpc
 import pytest
 
-from tests.fakes.fake_llm import last_user_text
 from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
@@ -23,17 +25,24 @@ def words(text: str, user: str = "alice") -> brain_pb2.RespondRequest:
     return brain_pb2.RespondRequest(session_id=uuid.uuid4().hex, user_id=user, text=text)
 
 
-async def test_the_words_so_far_are_prefilled_and_nothing_is_answered(services, scripted_llm):
-    scripted_llm.script = lambda _b: "We open at noon."
+def prefetches(port: int) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found = re.search(r"^voicebot_knowledge_prefetches_total (\S+)$", text, re.M)
+    return float(found[1]) if found else 0.0
+
+
+async def test_the_words_so_far_start_the_knowledge_search_and_nothing_is_answered(services, scripted_llm):
+    port = services.metrics_ports["brain"]
+    before = await asyncio.to_thread(prefetches, port)
     async with internal_channel(services.brain_addr) as channel:
-        result = await brain_pb2_grpc.BrainStub(channel).Prefill(words("Do you have vegetar"), timeout=5)
+        result = await brain_pb2_grpc.BrainStub(channel).Prefill(words("Do you have park"), timeout=5)
     assert result.started
-    for _ in range(100):  # it runs in the background: the answer came before the LLM call
-        sent = [r for r in scripted_llm.requests if last_user_text(r) == "Do you have vegetar"]
-        if sent:
+    for _ in range(100):  # it runs in the background: the answer came before the search
+        if await asyncio.to_thread(prefetches, port) > before:
             break
         await asyncio.sleep(0.05)
-    assert sent and all(r["max_tokens"] == 1 for r in sent)
+    assert await asyncio.to_thread(prefetches, port) == before + 1
+    assert scripted_llm.requests == []  # the model is not asked: nothing is answered
 
 
 async def test_a_prefill_without_a_user_is_refused_with_the_field_named(services):

@@ -21,6 +21,7 @@ import pytest
 from services.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource
 from services.brain.profile import load_profile
 from services.brain.readback import field_names, render
+from services.brain.tasks import build_tasks
 from services.brain.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
 from voicebot.devstack import Stack
 
@@ -90,12 +91,16 @@ async def test_tools_are_listed_with_kinds_from_their_annotations(tools: dict[st
     assert not tools["list_openings"].spec.accepts_idempotency_key
     assert len(ToolRegistry(list(tools.values()))) == 4  # the schemas are valid JSON Schema
 
-    # The profile's overrides arrive, and every read-back names only real arguments.
-    assert booking.title == "Book an appointment"
+    # The profile's overrides arrive, and every task's read-back names only what its form holds:
+    # the tool's arguments, the fields the profile adds, and the keys of the items a finder finds.
     assert tools["find_appointments"].spec.only_known == "appointment_id"
+    tasks = build_tasks(PROFILE, ToolRegistry(list(tools.values())))
+    assert tasks["book_appointment"].title == "book an appointment"
+    item_keys = {"opening_id", "date", "weekday", "start", "clinician"}
     for name in ("book_appointment", "cancel_appointment"):
-        spec = tools[name].spec
-        assert spec.read_back and field_names(spec.read_back) <= set(spec.parameters["properties"])
+        task = tasks[name]
+        named = set(tools[name].spec.parameters["properties"]) | {f.name for f in task.fields} | item_keys
+        assert task.read_back and field_names(task.read_back) <= named
 
 
 async def test_openings_on_a_day(tools: dict[str, McpTool]) -> None:
@@ -127,7 +132,7 @@ async def test_book_find_cancel(tools: dict[str, McpTool]) -> None:
     assert {k: booked[k] for k in ("date", "weekday", "start", "clinician", "patient_name", "status")} == {
         "date": "2030-01-09", "weekday": "Wednesday", "start": "10:00", "clinician": "Dr. Patel",
         "patient_name": "Grace Hopper", "status": "confirmed"}
-    done = OVERRIDES["book_appointment"].done
+    done = PROFILE.tasks["book_appointment"].done
     assert render(done or "", booked).startswith(
         "You're booked with Dr. Patel on Wednesday, January 9th at 10 am, for Grace Hopper.")
 
