@@ -14,8 +14,11 @@ listens to the whole reply before speaking again. Cases, in one run:
   question cases take turns, a session of four questions each, so the machine's slow minutes
   are shared between them; each case asks them in its own order, ``session_order``, and every
   reply is sampled with one seed, ``SEED``);
-- ``booking via the model``: changes to a booking that the rules do not parse, so
-  the model proposes (the read-back is still made by code), in ``BOOKING_SESSIONS`` sessions.
+- ``form, next field``: a booking given one field at a time ("I would like to book a table",
+  "On Friday", ...): each reply is code's next question or its read-back (``FORM``);
+- ``booking changes``: changes to a read-back booking, some of which only the model's reading
+  understands ("Could we do eight instead"); the new read-back is code's, in
+  ``BOOKING_SESSIONS`` sessions.
 
 Prints a line per turn (client v2v, then the turn's stt, llm_ttft, first_clause and
 longest_gap ms), a table and JSON. The table counts per case the turns the STT misheard, the
@@ -76,10 +79,8 @@ QUESTIONS = [
 # family"), so the case measured the STT, not the booking path.
 BOOKING = [
     "I would like a table for two on Friday at seven pm and my name is Robin",  # rules: read back by code
-    # Corrections (dialog rules) whose new values the restaurant's hooks cannot read, so the
-    # model reads them, as the booking's fields (services/brain/change_fields.py); "we are
-    # four", "on Saturday", "a little later", "push it back", "one more person", "my partner is
-    # joining us" or "the day after" the hooks carry by rule.
+    # Changes to the read-back, read as the booking's fields: by rules where they can ("just me"),
+    # by the model's reading where they cannot ("do eight", "the weekend").
     "Could we do eight instead",
     "Actually my friend can't come so it's just me",
     "Could we move it to the weekend instead",
@@ -92,6 +93,8 @@ AS_ASKED = {"Could we do eight instead": r"\btable for two on friday\b[^.]*\beig
             "Could we move it to the weekend instead":
                 r"\btable for one on (?:saturday|sunday)\b[^.]*\beight p m\b"}
 BOOKING_VOICES = [("piper", 0)]
+# A booking one field at a time: every reply is code's next question, then its read-back.
+FORM = ["I would like to book a table", "On Friday", "At seven pm", "For two people", "My name is Robin"]
 # Booking sessions per round: each change is one turn, and a misheard first request (no
 # read-back, so nothing to change) takes its session's changes out of the path.
 BOOKING_SESSIONS = 3
@@ -268,8 +271,7 @@ def summarise(turns: list[Turn], blocked_sentence: str = "", read_back_opening: 
     """Percentiles per stage; and how many turns the STT misheard or the guard blocked (each
     question is in the domain, so a block is a wrong one, and its short canned answer is fast),
     and how many replies were code's read-back of a pending action (they open with the profile's
-    confirm sentence, which the model's own text may not: services/brain/mimicry.py), and how
-    many of those read back the change that was asked for."""
+    confirm sentence), and how many of those read back the change that was asked for."""
     def stat(values: list[float]) -> dict[str, float | None]:
         return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95)}
 
@@ -473,23 +475,23 @@ async def main_async(rounds: int) -> dict[str, Any]:
             brains[name], gateway = start_brain_and_gateway(
                 stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}={USER}", stt=stt, tts=tts,
                 name=name, brain_env={**profile_env, **llm_env, **same_words_env(llm_env),
+                                      "BRAIN_TODAY": "2026-11-30",
                                       "BRAIN_GUARD_ENABLED": guard, "BRAIN_GUARD_SCREEN": screen})
             pairs[name] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
         runs = await question_cases(pairs, QUESTIONS * rounds)
-        runs["booking via the model"] = await run_case(
-            "booking via the model", pairs["guard-on"], BOOKING * BOOKING_SESSIONS * rounds, len(BOOKING),
+        runs["form, next field"] = await run_case(
+            "form, next field", pairs["guard-on"], FORM * BOOKING_SESSIONS * rounds, len(FORM),
             BOOKING_VOICES)
-        # Each booking session opens with a request the rules read back; the changes after it are
-        # the turns that go through the model.
-        booking = runs.pop("booking via the model")
-        runs["booking, first request (rules)"] = booking[::len(BOOKING)]
-        runs["booking via the model"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
-        from services.brain.mimicry import opening  # lazily, like speech()'s STT bench voices
-
-        from services.brain.profile import load_profile
+        booking = await run_case(
+            "booking changes", pairs["guard-on"], BOOKING * BOOKING_SESSIONS * rounds, len(BOOKING),
+            BOOKING_VOICES)
+        # Each booking session opens with a request in one line; the changes to its read-back follow.
+        runs["booking, first request"] = booking[::len(BOOKING)]
+        runs["booking changes"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
+        from services.brain.profile import load_profile  # lazily, like speech()'s STT bench voices
 
         sentences = load_profile("restaurant").sentences
-        read_back = opening(sentences.confirm)
+        read_back = sentences.confirm.split("{action}")[0]
         results = {case: summarise(turns, sentences.blocked, read_back) for case, turns in runs.items()}
         await attach_records(redis_url, [t for case_turns in runs.values() for t in case_turns])
         results["time_per_turn"] = "\n".join(time_per_turn(case_turns) for case_turns in runs.values())

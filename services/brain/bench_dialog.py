@@ -205,7 +205,7 @@ async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm
     stt, tts = speech
     _, gateway = start_brain_and_gateway(
         stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
-        brain_env={**brain_env, **llm_env}, name=profile)
+        brain_env={**brain_env, **llm_env, "BRAIN_TODAY": spec["today"]}, name=profile)
     url_var = next(k for k in brain_env if k.endswith("_URL"))
     token_var = next(k for k in brain_env if k.endswith("_TOKEN"))
     ws_url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"

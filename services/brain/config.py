@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import datetime
 from typing import Any, Literal
 
 from pydantic import Field
@@ -73,23 +74,15 @@ class BrainSettings(ServiceSettings):
     profile: str = ""
     # How long the start waits for the profile's MCP servers to answer, then fails.
     mcp_connect_wait_s: float = 30.0
-    # After each reply, have the LLM server cache the next prompt's prefix while the caller listens.
-    prefill_after_reply: bool = True
     # Brain.Prefill (the caller's words so far, from interim transcripts): at most this many
     # run at once across sessions; 0 turns it off.
     prefill_on_words_max: int = 4
     # At start, prefill the fixed prompt start (and the guard's) before serving.
     warm_up_timeout_s: float = 90.0
     redis_url: str = "redis://127.0.0.1:6379/0"
-    # Turns kept in full in the prompt; older ones are dropped from the prompt
-    # but stay in Redis until the session expires.
-    history_turns: int = 24
-    # Turns kept in full (with tool calls); older ones shrink to question and answer.
-    recent_turns: int = 4
-    # References (S1, R2) the state block shows: the latest issued or seen again, i.e. what the
-    # last lookup found. Older ones still resolve; shown, each was ~9 tokens in every prompt of
-    # the session (ten after three changes to a booking: ~90 tokens prefilled after each read-back).
-    state_references: int = 4
     session_ttl_s: int = 24 * 3600
+    # The business's calendar day, pinned (tests, demos, benchmarks whose MCP servers pin theirs);
+    # empty: the real date. "Tomorrow" and "Friday" are read from it.
+    today: datetime.date | None = None
     # A turn waits this long for its history; then the caller hears the fallback (Redis down).
     history_load_timeout_s: float = 1.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import datetime
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -248,8 +249,10 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry,
         clients.append(side_chat)
     redis = connect_redis(settings.redis_url)  # bounded reconnects, password, health checks
     store = SessionStore(redis, settings.session_ttl_s)
+    pinned = settings.today
     agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile, side_chat=side_chat,
-                  knowledge=knowledge, encoder=encoder)
+                  knowledge=knowledge, encoder=encoder,
+                  today=(lambda: pinned) if pinned else datetime.date.today)
     return agent, clients, redis
 
 
