@@ -408,8 +408,7 @@ def local_llm_brain_env() -> dict[str, str]:
         return {}
     return {"BRAIN_LLM_EXTRA_BODY": json.dumps(localllm.main_request_fields()),
             "BRAIN_GUARD_EXTRA_BODY": json.dumps(localllm.guard_request_fields()),
-            "BRAIN_SIDE_EXTRA_BODY": json.dumps(localllm.side_request_fields()),
-            "BRAIN_LLM_TOOL_CALL_PREFIX": localllm.TOOL_CALL_PREFIX}
+            "BRAIN_SIDE_EXTRA_BODY": json.dumps(localllm.side_request_fields())}
 
 
 def start_local_llm(stack: Stack) -> tuple[str, dict[str, str]]:

@@ -179,9 +179,6 @@ def model_path() -> Path:
     return derive_model(packaged, quant, binary)
 
 
-# The start of a tool call in Qwen2.5's chat template: given as the start of the assistant's
-# message, llama-server continues it, so the model writes a tool call, and parses it as one.
-TOOL_CALL_PREFIX = '<tool_call>\n{"name": "'
 
 
 def main_request_fields() -> dict[str, object]:

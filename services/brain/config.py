@@ -62,13 +62,6 @@ class BrainSettings(ServiceSettings):
     # on llama-server they then evict the session's cached prompt from its slot (measured: the
     # next turn re-prefilled ~425 tokens, 9.6 s on two cores).
     side_extra_body: dict[str, Any] = Field(default_factory=dict)
-    # How a turn that changes the pending action makes its first model call a tool call. Empty:
-    # ``tool_choice: "required"`` (OpenAI, vLLM). llama-server does not enforce "required" for
-    # Qwen2.5's template (measured: the packaged model wrote a read-back of its own as text, as
-    # with "auto"), so ``make run`` sets the start of the model's tool-call syntax instead,
-    # BRAIN_LLM_TOOL_CALL_PREFIX='<tool_call>\n{"name": "', as the start of the assistant's
-    # message, which llama-server continues and parses as a tool call.
-    llm_tool_call_prefix: str = ""
     # The agent profile: a shipped name (profiles/NAME.yaml) or a path. Empty: a generic
     # assistant without tools.
     profile: str = ""

@@ -473,8 +473,7 @@ class OpenAIChatClient:
         }
         if tools:
             body["tools"] = tools
-            if tool_choice:  # "required": the reply must be a tool call (OpenAI, vLLM; not enforced
-                # by llama-server for Qwen2.5: config.llm_tool_call_prefix)
+            if tool_choice:
                 body["tool_choice"] = tool_choice
         if response_format:
             body["response_format"] = response_format

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from services.brain.config import BrainSettings
+import json
+
 from voicebot import localllm
 from voicebot.devstack import local_llm_brain_env
 
 
-def test_with_the_native_server_a_required_tool_call_starts_the_models_message(monkeypatch, tmp_path):
+def test_with_the_native_server_each_kind_of_call_keeps_its_own_slot(monkeypatch):
     monkeypatch.setenv("LLM_SERVER_BIN", "/bin/true")  # any executable stands for llama-server
     env = local_llm_brain_env()
-    assert env["BRAIN_LLM_TOOL_CALL_PREFIX"] == localllm.TOOL_CALL_PREFIX == '<tool_call>\n{"name": "'
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert BrainSettings().llm_tool_call_prefix == localllm.TOOL_CALL_PREFIX  # read back intact
+    slots = {name: json.loads(env[name]).get("id_slot") for name in (
+        "BRAIN_LLM_EXTRA_BODY", "BRAIN_GUARD_EXTRA_BODY", "BRAIN_SIDE_EXTRA_BODY")}
+    assert len(set(slots.values())) == 3
+    assert json.loads(env["BRAIN_LLM_EXTRA_BODY"]) == localllm.main_request_fields()
 
 
-def test_without_it_the_brain_asks_for_tool_choice_required(monkeypatch, tmp_path):
+def test_without_it_the_brain_gets_no_server_specific_fields(monkeypatch, tmp_path):
     monkeypatch.delenv("LLM_SERVER_BIN", raising=False)
     monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path))  # nothing built there
-    monkeypatch.delenv("BRAIN_LLM_TOOL_CALL_PREFIX", raising=False)
     assert local_llm_brain_env() == {}
-    assert BrainSettings().llm_tool_call_prefix == ""
