@@ -182,7 +182,8 @@ class Forms:
         assert form is not None
         options = [Option(argument=finder.argument, label=self._label(finder, item), item=item)
                    for item in items[:MAX_OPTIONS]]
-        wanted = self._wanted(spec, form, [*finder.match.values()]) if finder.match else ""
+        named = list(dict.fromkeys([*finder.match.values(), *finder.args.values()]))
+        wanted = self._wanted(spec, form, named) if finder.match else ""
         for name in finder.match.values():  # the next answer names the value again
             form.values.pop(name, None)
         form.options = options
@@ -190,7 +191,7 @@ class Forms:
         labels = join_words([o.label for o in options]).replace(" and ", " or ")
         if not wanted:
             return Step(f"I can offer {labels}. Which would you like?")
-        return Step(self.sentences.alternatives.format(wanted=wanted, options=labels))
+        return Step(render(self.sentences.alternatives, {"wanted": wanted, "options": labels}))
 
     def _nothing(self, state: SessionState, spec: TaskSpec, finder: Finder, result: ToolResult) -> Step:
         """Nothing listed (a closed day, a full one, or a value the tool refused): code asks for
@@ -204,7 +205,7 @@ class Forms:
         if first:
             form.values.pop(first, None)
             form.asking = first
-        return Step(self.sentences.nothing_free.format(wanted=wanted).replace("  ", " "))
+        return Step(render(self.sentences.nothing_free, {"wanted": wanted}))
 
     def _wanted(self, spec: TaskSpec, form: FormState, names: list[str]) -> str:
         parts = []

@@ -58,8 +58,8 @@ class Sentences(_Strict):
     can_help: str = "I can help you {tasks}."  # what the bot can do, after an unknown fact
     ask_again: str = "Sorry, I didn't catch that. {question}"
     # The wished value is not possible: what the business's tool offers instead.
-    alternatives: str = "Sorry, {wanted} is not available. I can offer {options}. Which would you like?"
-    nothing_free: str = "Sorry, there is nothing available {wanted}. Would another day suit you?"
+    alternatives: str = "Sorry, nothing is free {wanted}. I can offer {options}. Which would you like?"
+    nothing_free: str = "Sorry, nothing is free {wanted}. Would another day suit you?"
     not_found: str = "Sorry, I couldn't find that. {question}"
     nothing_done: str = "Okay, nothing is done. Is there anything else I can help with?"
     anything_else: str = "Is there anything else I can help with?"
