@@ -284,12 +284,10 @@ class Agent:
             return
 
     def _skips_guard(self, turn: TurnRun) -> bool:
-        """Short dialogue acts inside an ongoing task are never screened (a bare "No." is not
-        off-topic when the bot just asked a question)."""
-        state, last = turn.state, turn.last_turn()
-        ongoing = state.pending is not None or state.form is not None or (
-            last is not None and last.assistant.rstrip().endswith("?"))
-        return ongoing and is_dialogue_act(turn.request.text)
+        """Short dialogue acts (yes, no, a number, a name, a change with a value) are never
+        screened: the model never speaks, so such words cannot steer it anywhere, and a bare "No."
+        is never off-topic, in a task or not (a blocked "No." told the caller off)."""
+        return is_dialogue_act(turn.request.text)
 
     async def _confirmed(self, request: brain_pb2.RespondRequest, read: SessionHistory,
                          guard: asyncio.Task | None) -> GuardVerdict | None:

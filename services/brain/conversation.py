@@ -130,6 +130,8 @@ class Conversation:
         form = state.form
         asking = form.asking if form is not None else ""
         intent, score = self.reader.pick(text)
+        if form is None and (by_values := self._task_by_values(state, text)) is not None:
+            intent = by_values  # "a table for two on Thursday at six": the fields name the task
         target = form.task if form is not None else intent if intent in self.forms.tasks else None
         fields = self.reader.fields_for(state, target)
         values = rule_values(text, fields, asking, self.today(), form.values if form is not None else None)
@@ -147,6 +149,17 @@ class Conversation:
         model.record.update(record)
         return Reading(intent or model.intent, {**model.values, **values}, "model", model.record,
                        failed=model.failed and not values and intent is None)
+
+    def _task_by_values(self, state: SessionState, text: str) -> str | None:
+        """The one task two or more of whose fields the rules read in the words, if one is."""
+        values = rule_values(text, self.reader.fields_for(state, None), "", self.today())
+        counts = {name: sum(1 for f in task.fields if f.name in values)
+                  for name, task in self.forms.tasks.items()}
+        best = max(counts.values(), default=0)
+        found = [name for name, count in counts.items() if count == best]
+        writes = [name for name in found if not self.forms.tasks[name].lookup]
+        found = writes or found
+        return found[0] if best >= 2 and len(found) == 1 else None
 
     def _needs_model(self, state: SessionState, target: str | None, intent: str | None,
                      values: dict[str, Any], text: str) -> bool:

@@ -10,7 +10,8 @@ import pytest
 import websockets
 
 from gateway.cli import call
-from tests.fakes.fake_llm import is_guard, last_user_text
+from services.brain.session_store import SessionHistory, SessionStore
+from tests.fakes.stack_profile import FALLBACK, HOURS, NEEDS_READING, PARKING, TABLE, UNKNOWN_FACT, answer
 
 pytestmark = pytest.mark.integration
 
@@ -33,10 +34,9 @@ async def next_event(ws, timeout=10.0) -> dict:
 
 
 async def test_typed_turn_streams_reply_audio_and_metrics(services, scripted_llm):
-    scripted_llm.script = lambda body: f"You said {last_user_text(body)}. Anything else?"
     result = await call(services.ws_url, "tok-alice", text="a table for two")
 
-    assert result.replies == ["You said a table for two. Anything else?"]
+    assert result.replies == [answer(TABLE)]  # the business's own answer, spoken by code
     kinds = result.events
     assert kinds.index("reply.delta") < kinds.index("reply.done")
     assert kinds.index("audio.start") < kinds.index("audio.end") < kinds.index("turn.metrics")
@@ -46,17 +46,19 @@ async def test_typed_turn_streams_reply_audio_and_metrics(services, scripted_llm
     assert metrics["voice_to_voice"] >= metrics["llm_ttft"]
 
 
-async def test_history_carries_into_the_next_turn(services, scripted_llm):
+async def test_history_carries_into_the_next_turn(services, scripted_llm, redis_client):
+    # The model is shown no history any more (it only reads the turn's words): the session's
+    # history in Redis holds both turns, in order, each with the reply the caller heard.
     async with await connect(services) as ws:
-        await start_session(ws)
-        for text in ("my name is Jamie", "what is my name"):
+        session_id = (await start_session(ws))["session_id"]
+        for text in (PARKING, HOURS):
             await ws.send(json.dumps({"type": "input.text", "text": text}))
             while (await next_event(ws))["type"] != "turn.metrics":
                 pass
-    second = [r for r in scripted_llm.requests if not is_guard(r)][-1]["messages"]
-    users = [m["content"] for m in second if m["role"] == "user"]
-    assert second[0]["content"].startswith("You are")  # instructions first
-    assert users == ["my name is Jamie", "what is my name"]
+    history = SessionHistory.from_json(redis_client.get(SessionStore.key("alice", session_id)))
+    assert [(t.user, t.assistant) for t in history.turns] == [(PARKING, answer(PARKING)),
+                                                              (HOURS, answer(HOURS))]
+    assert not any(t.interrupted for t in history.turns)
 
 
 async def test_bad_messages_get_errors_and_the_session_goes_on(services, scripted_llm):
@@ -114,17 +116,25 @@ async def test_llm_down_speaks_the_fallback_and_the_call_goes_on(services, scrip
     scripted_llm.fail_next = 100
     async with await connect(services) as ws:
         await start_session(ws)
-        await ws.send(json.dumps({"type": "input.text", "text": "hello?"}))
+        # Words that need the model's reading (no question, no task): with the model down the
+        # caller hears the fallback.
+        await ws.send(json.dumps({"type": "input.text", "text": NEEDS_READING}))
         events = []
         while (event := await next_event(ws, 30))["type"] != "turn.metrics":
             events.append(event)
         done = next(e for e in events if e["type"] == "reply.done")
-        assert "trouble" in done["text"]
+        assert "trouble" in done["text"] and done["text"] == FALLBACK
+        assert any(e["type"] == "audio.start" for e in events)  # spoken, not only shown
+        reading_requests = sum(1 for r in scripted_llm.requests if r.get("response_format"))
+        assert reading_requests >= 1
         scripted_llm.fail_next = 0
-        await ws.send(json.dumps({"type": "input.text", "text": "hello again"}))
+        # The same words once the model is back: read, and answered by code.
+        await ws.send(json.dumps({"type": "input.text", "text": NEEDS_READING}))
         while (event := await next_event(ws, 30))["type"] != "reply.done":
             pass
         assert "trouble" not in event["text"]
+        assert event["text"].startswith(UNKNOWN_FACT)  # the knowledge has nothing on the chef
+        assert sum(1 for r in scripted_llm.requests if r.get("response_format")) > reading_requests
 
 
 async def test_health_readiness_and_metrics(services):
