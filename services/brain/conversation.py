@@ -224,6 +224,8 @@ class Conversation:
         stripped = text.strip()
         if _THANKS.match(stripped) or _NO_MORE.match(stripped):
             return Decision(self.sentences.goodbye, read=reading)
+        if answer_to_read_back(stripped) in (Answer.YES, Answer.UNSURE):  # a yes to nothing pending
+            return Decision(self.can_help(), read=reading)
         if _GREETING.match(stripped) and len(stripped.split()) <= 6:
             return Decision(self.greeting(), read=reading)
         return Decision("", read=reading, answer_question=text)

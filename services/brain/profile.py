@@ -52,7 +52,6 @@ class Sentences(_Strict):
     done: str = "Done: {action}."
     refused: str = "Sorry, that did not work: {reason}."
     tool_unavailable: str = "Sorry, I can't check that right now. Please try again in a moment."
-    nothing_pending: str = ""  # empty: the model answers a stray "yes" in its own words
     # A question the business's knowledge does not answer: never a guess.
     unknown_fact: str = "Sorry, I don't have that information."
     can_help: str = "I can help you {tasks}."  # what the bot can do, after an unknown fact

@@ -10,32 +10,26 @@ import pytest
 
 from gateway.cli_realtime import call_realtime
 from tests.audio import silence, speech
-from tests.fakes.fake_llm import is_guard, last_user_text
+from tests.fakes.stack_profile import PARKING, TABLE, answer
 from voicebot.common.audio import float_to_pcm16, write_wav
 
 pytestmark = pytest.mark.integration
 
 
-def echo(body):
-    return "ALLOW" if is_guard(body) else f"You asked: {last_user_text(body)}"
-
-
 async def test_a_spoken_turn_over_the_realtime_protocol(services, scripted_llm, tmp_path):
-    scripted_llm.script = echo
     path = tmp_path / "q.wav"
-    write_wav(path, float_to_pcm16(np.concatenate([silence(300), speech("Do you have parking?"),
+    write_wav(path, float_to_pcm16(np.concatenate([silence(300), speech(PARKING),
                                                     silence(300)])), 16000)
     result = await call_realtime(services.ws_url, "tok-alice", wav=str(path))
     assert [t.lower().strip(" .?") for t in result.transcripts] == ["do you have parking"]
-    assert result.replies and result.replies[0].startswith("You asked:")
+    assert result.replies == [answer(PARKING)]  # the business's answer, spoken by code
     assert len(result.audio) / 2 / result.audio_rate > 0.5  # 24 kHz reply audio
     assert result.metrics and result.metrics[0].get("voice_to_voice") is not None
 
 
 def test_the_cli_takes_protocol_realtime(services, scripted_llm):
-    scripted_llm.script = echo
     cli = subprocess.run([sys.executable, "-m", "gateway.cli", "call", "--protocol", "realtime",
                           "--text", "a table for two", "--url", services.ws_url, "--token", "tok-alice"],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stdout + cli.stderr
-    assert "reply:      You asked: a table for two" in cli.stdout
+    assert f"reply:      {answer(TABLE)}" in cli.stdout

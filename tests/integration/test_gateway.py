@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -33,6 +34,25 @@ async def next_event(ws, timeout=10.0) -> dict:
             return json.loads(message)
 
 
+async def heard_turn(ws, text: str, rate: int = 16000) -> None:
+    """A typed turn whose reply is heard to its end: returns once its audio has played out (a
+    turn typed while the reply still plays interrupts it, and the history keeps what was heard)."""
+    await ws.send(json.dumps({"type": "input.text", "text": text}))
+    started, audio_bytes = None, 0
+    while True:
+        message = await asyncio.wait_for(ws.recv(), 10)
+        if isinstance(message, bytes):
+            audio_bytes += len(message)
+            continue
+        kind = json.loads(message)["type"]
+        if kind == "audio.start":
+            started = time.perf_counter()
+        elif kind == "turn.metrics":
+            break
+    assert started is not None and audio_bytes > 0
+    await asyncio.sleep(max(0.0, started + audio_bytes / 2 / rate - time.perf_counter()) + 0.5)
+
+
 async def test_typed_turn_streams_reply_audio_and_metrics(services, scripted_llm):
     result = await call(services.ws_url, "tok-alice", text="a table for two")
 
@@ -52,9 +72,7 @@ async def test_history_carries_into_the_next_turn(services, scripted_llm, redis_
     async with await connect(services) as ws:
         session_id = (await start_session(ws))["session_id"]
         for text in (PARKING, HOURS):
-            await ws.send(json.dumps({"type": "input.text", "text": text}))
-            while (await next_event(ws))["type"] != "turn.metrics":
-                pass
+            await heard_turn(ws, text)
     history = SessionHistory.from_json(redis_client.get(SessionStore.key("alice", session_id)))
     assert [(t.user, t.assistant) for t in history.turns] == [(PARKING, answer(PARKING)),
                                                               (HOURS, answer(HOURS))]

@@ -18,6 +18,7 @@ from gateway.cli import call
 from services.brain.session_store import SessionStore
 from tests.audio import silence, speech
 from tests.fakes.fake_llm import is_guard, last_user_text
+from tests.fakes.stack_profile import PARKING, answer
 from voicebot.common.audio import float_to_pcm16, write_wav
 
 pytestmark = pytest.mark.integration
@@ -45,17 +46,16 @@ async def history(services, session_id: str):
 
 async def test_a_spoken_question_is_answered_once_whether_or_not_a_start_was_made_early(
         services, scripted_llm, tmp_path):
-    scripted_llm.script = lambda body: "ALLOW" if is_guard(body) else "Yes, we have a car park."
     before = preemptive_counts(services)
-    result = await call(services.ws_url, "tok-alice", wav=wav(tmp_path, speech("Do you have parking?")))
+    result = await call(services.ws_url, "tok-alice", wav=wav(tmp_path, speech(PARKING)))
     after = preemptive_counts(services)
-    assert result.replies == ["Yes, we have a car park."] and len(result.audio) > 0
+    assert result.replies == [answer(PARKING)] and len(result.audio) > 0
     # Whether the speculative decode came before the endpoint depends on the decode's speed;
     # every start made was either committed or discarded, never left running.
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in ("started", "committed", "discarded")}
     assert delta["started"] == delta["committed"] + delta["discarded"] and delta["committed"] <= 1
     [turn] = await history(services, result.session_id)
-    assert turn.assistant == "Yes, we have a car park."
+    assert turn.assistant == answer(PARKING)
 
 
 async def test_a_start_on_words_the_caller_went_on_from_leaves_no_trace(services, scripted_llm, tmp_path):
