@@ -50,8 +50,9 @@ _QUESTION = re.compile(
     r"should|tell me|i'd like to know|i want to know|i was wondering)\b", re.I)
 _PARTY = re.compile(r"\b(?:for|party of|we are|we're|there are|there will be|table for)\s+(\d{1,3})\b|"
                     r"\b(\d{1,3})\s+(?:people|persons|guests|of us|adults)\b", re.I)
-_NAME_SAID = re.compile(r"\b(?:my name is|my name's|name is|under the name|it's under|book it under|"
-                        r"under|this is|i'm|i am|for)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
+_NAME_SAID = re.compile(r"\b(?i:my name is|my name's|name is|the name is|under the name|it's under|"
+                        r"book it under|under|this is|i'm|i am|for|it's for)"
+                        r"\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
 
 
 @dataclass

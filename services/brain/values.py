@@ -190,7 +190,8 @@ _NAME_LEAD = re.compile(
     r"book it under|for)\s+)+", re.I)
 _NOT_A_NAME = re.compile(
     r"\b(?:table|book|reserv|appointment|tomorrow|today|people|pm|am|o'clock|what|when|how|why|where|"
-    r"yes|no|cancel|change|don't|do not|sorry|please|help)\b|\d|\?", re.I)
+    r"yes|no|cancel|change|don't|do not|sorry|please|help|looking|calling|just|not|here|good|fine|"
+    r"hoping|trying|wondering|interested|afraid|sure|okay|ok|well|great|thanks|thank)\b|\d|\?", re.I)
 
 
 def parse_name(text: str) -> str | None:

@@ -2,18 +2,23 @@
 its own, so the fault suite can kill it by pid (an in-process server cannot die mid-stream the way
 a crashed one does: its sockets stay open until its thread's loop winds down).
 
-The script reads the caller's last words, so one process serves every fault case without a
-control channel: "slowly" holds the first token ``FAULT_LLM_SLOW_S`` (2.5 s: the turn is in
-flight when something is killed), "briefly" ``FAULT_LLM_BRIEF_S`` (0.6 s), "story" makes a long
-reply, "tables" asks for ``find_slots`` (an MCP call), "break" answers HTTP 500, "what did i
-say" lists the code words of the caller's earlier turns (history). The guard always allows.
+The brain asks a model only for a reading of the caller's words (a request with
+``response_format``); the script answers it with JSON and reads the caller's words, so one
+process serves every fault case without a control channel: "slowly" holds the first token
+``FAULT_LLM_SLOW_S`` (2.5 s: the turn is in flight when something is killed), "briefly"
+``FAULT_LLM_BRIEF_S`` (0.6 s), "break" answers HTTP 500, and a name said in lower case after
+"under" is read as the name (rules read only a capitalised one, so such words need the model).
+Requests of any other kind (the warm-up) get a line of text: "story" makes a long one, "what did
+i say" lists the code words of the caller's earlier turns. The guard always allows.
 ``FAULT_LLM_PORT`` pins the port (0: a free one), so a restart by ``Proc.relaunch`` comes back
 where the brain looks. Prints ``READY fault-llm http=PORT``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -46,16 +51,22 @@ def script(body: dict[str, Any]) -> str | dict[str, Any]:
         delay = float(os.environ.get("FAULT_LLM_SLOW_S", "2.5"))
     elif "briefly" in last:
         delay = float(os.environ.get("FAULT_LLM_BRIEF_S", "0.6"))
-    if "tables" in last and not any(m["role"] == "tool" for m in body["messages"]):
-        return {"tool_calls": [{"name": "find_slots",
-                                "arguments": {"day": "2026-12-01", "people": 2, "time": "19:00"}}],
-                "delay_s": delay}
+    if body.get("response_format"):
+        return {"content": json.dumps(reading(last)), "delay_s": delay}
     if "what did i say" in last:
         heard = [w for w in CODE_WORDS if any(w in text for text in users[:-1])]
         return {"content": "You mentioned " + (", ".join(heard) or "nothing") + ".", "delay_s": delay}
     if "story" in last:
         return {"content": STORY, "delay_s": delay}
     return {"content": "Sure, I can help with that. What else?", "delay_s": delay}
+
+
+def reading(last: str) -> dict[str, Any]:
+    """The words read as the brain's schema asks: no task of its own (code's picker names it), and
+    the name said after "under", if any."""
+    said = last.split("the caller said:")[-1]
+    name = re.search(r"\bunder ([a-z]+)", said)
+    return {"intent": "other", **({"name": name[1].title()} if name else {})}
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from gateway.cli import call
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT, TOKENS
+from tests.fakes.stack_profile import NEEDS_READING
 from voicebot.common.audio import float_to_pcm16, write_wav
 from voicebot.devstack import Stack, free_port, start_brain_and_gateway, start_speech
 
@@ -88,7 +89,8 @@ def traced_stack(receiver, redis_url, fake_llm):
 @pytest.fixture(scope="module")
 def spoken_wav(tmp_path_factory):
     path = tmp_path_factory.mktemp("traces") / "question.wav"
-    write_wav(path, float_to_pcm16(np.concatenate([silence(400), speech("Do you have a table for two?"),
+    # No question and no task: the brain asks the model for its reading, so the turn has an LLM call.
+    write_wav(path, float_to_pcm16(np.concatenate([silence(400), speech(NEEDS_READING),
                                                    silence(300)])), 16000)
     return str(path)
 
@@ -135,7 +137,8 @@ async def test_a_spoken_turn_is_one_trace_across_all_four_services(traced_stack,
     url = f"ws://127.0.0.1:{traced_stack['gateway']}/v1/call"
     result = await call(url, "tok-alice", spoken_wav, fast=True, timeout=90)
     assert result.replies, result.errors
-    wanted = {"turn", "stt.recognize", "brain.respond", "llm.call", "guard.check", "tts.synthesize"}
+    # The model only reads the caller's words now: the turn's LLM call is its reading.
+    wanted = {"turn", "stt.recognize", "brain.respond", "llm.reading", "guard.check", "tts.synthesize"}
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         roots = [s for s in spans_of.snapshot() if s["name"] == "turn" and s["attributes"].get(
@@ -152,14 +155,18 @@ async def test_a_spoken_turn_is_one_trace_across_all_four_services(traced_stack,
     assert turn["parent"] == "" and turn["service"] == "voicebot-gateway"
     for name, service in (("stt.recognize", "stt"), ("brain.respond", "brain"), ("tts.synthesize", "tts")):
         assert (spans[name]["parent"], spans[name]["service"]) == (turn["id"], f"voicebot-{service}")
-    assert spans["llm.call"]["parent"] == spans["brain.respond"]["id"]
+    assert spans["llm.reading"]["parent"] == spans["brain.respond"]["id"]
     assert spans["guard.check"]["parent"] == spans["brain.respond"]["id"]
-    assert spans["llm.call"]["attributes"]["gen_ai.request.model"].string_value
-    assert spans["llm.call"]["attributes"]["gen_ai.usage.output_tokens"].int_value > 0
+    reading = spans["llm.reading"]["attributes"]
+    assert reading["gen_ai.operation.name"].string_value == "chat"
+    assert reading["gen_ai.request.max_tokens"].int_value > 0
+    assert reading["gen_ai.usage.output_tokens"].int_value > 0
     # Ids, not speech: no attribute carries what was said.
-    said = "table for two"
+    [heard] = result.transcripts
+    assert "chef" in heard.lower()
+    said = " ".join(heard.lower().strip(" .?!").split()[-3:])  # e.g. "to the chef"
     for span in complete[0]:
-        assert not any(said in str(value) for value in span["attributes"].values())
+        assert not any(said in str(value).lower() for value in span["attributes"].values())
     print({name: round(span["ms"]) for name, span in spans.items()})
 
 

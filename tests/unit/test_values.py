@@ -1,0 +1,90 @@
+"""Caller's words to typed values, by parsers rather than the model (services/brain/values.py)."""
+
+import datetime as dt
+
+import pytest
+
+from services.brain.values import (
+    match_choice,
+    normalise,
+    parse_date,
+    parse_integer,
+    parse_name,
+    parse_time,
+    relative_change,
+)
+
+MONDAY = dt.date(2030, 1, 7)
+
+
+@pytest.mark.parametrize(("words", "day"), [
+    ("tomorrow", "2030-01-08"), ("Friday", "2030-01-11"), ("on the twelfth", "2030-01-12"),
+    ("December 12th", "2030-12-12"), ("the day after tomorrow", "2030-01-09"), ("tonight", "2030-01-07"),
+    ("a table for two tomorrow at seven", "2030-01-08"), ("2030-01-09", "2030-01-09"),
+    ("Monday", "2030-01-07"), ("next Saturday", "2030-01-12"),
+])
+def test_a_day_is_read_as_the_nearest_one_from_today(words, day):
+    assert parse_date(words, MONDAY) == dt.date.fromisoformat(day)
+
+
+@pytest.mark.parametrize("words", ["I want to book", "at seven", "four people", ""])
+def test_words_without_a_day_give_none(words):
+    assert parse_date(words, MONDAY) is None
+
+
+@pytest.mark.parametrize(("words", "evening", "plain"), [
+    ("seven pm", "19:00", "19:00"), ("at seven", "19:00", "07:00"), ("7:30", "19:30", "07:30"),
+    ("half past seven", "19:30", "07:30"), ("seven thirty", "19:30", "07:30"), ("noon", "12:00", "12:00"),
+    ("a table for four at eight", "20:00", "08:00"), ("quarter to eight", "19:45", "07:45"),
+    ("at 9 in the morning", "09:00", "09:00"), ("two", "14:00", "14:00"),
+])
+def test_a_time_is_read_inside_the_business_hours_when_am_or_pm_is_not_said(words, evening, plain):
+    assert parse_time(words, ("18:00", "22:00")) == evening
+    assert parse_time(words) == plain
+
+
+@pytest.mark.parametrize("words", ["for four people", "we are 4", "a table please"])
+def test_a_party_size_is_no_time(words):
+    assert parse_time(words) is None
+
+
+@pytest.mark.parametrize(("words", "number"), [
+    ("four", 4), ("we are 4", 4), ("a party of six", 6), ("just me", 1), ("Four people.", 4),
+    ("two people at seven", 2), ("two or three", None),
+])
+def test_numbers_in_words(words, number):
+    assert parse_integer(words) == number
+
+
+@pytest.mark.parametrize(("words", "name"), [
+    ("It's Jordan Blake.", "Jordan Blake"), ("jordan blake", "Jordan Blake"),
+    ("My name is Alex Park", "Alex Park"), ("under Lee please", "Lee"),
+    ("I want a table tomorrow", None), ("What time is it?", None), ("Looking", None),
+])
+def test_a_name_as_an_answer_to_what_name(words, name):
+    assert parse_name(words) == name
+
+
+def test_a_choice_is_one_allowed_value_the_words_name():
+    assert match_choice("a beard trim please", ["haircut", "colour", "beard trim"]) == "beard trim"
+    assert match_choice("with Dr. Kim", ["Dr. Patel", "Dr. Kim"]) == "Dr. Kim"
+    assert match_choice("a haircut and a colour", ["haircut", "colour"]) is None  # two: not one
+    assert match_choice("a perm", ["haircut", "colour"]) is None
+
+
+@pytest.mark.parametrize(("kind", "words", "current", "changed"), [
+    ("time", "Could you make it a little later, please?", "19:00", "19:30"),
+    ("time", "an hour earlier", "19:00", "18:00"), ("time", "push it back by an hour", "19:00", "20:00"),
+    ("time", "I'll call back later", "19:00", None), ("integer", "one more person is coming", 2, 3),
+    ("integer", "my partner is joining us too", 2, 3), ("integer", "two more people", 2, 4),
+    ("integer", "one less", 3, 2), ("date", "the day after", "2030-01-11", "2030-01-12"),
+])
+def test_a_change_relative_to_what_was_read_back(kind, words, current, changed):
+    assert relative_change(kind, words, current) == changed
+
+
+def test_normalise_gives_none_for_words_without_a_value_of_the_kind():
+    assert normalise("date", "null", today=MONDAY) is None
+    assert normalise("integer", "lots", today=MONDAY) is None
+    assert normalise("choice", "a perm", today=MONDAY, choices=["haircut"]) is None
+    assert normalise("text", "  my laptop will not start. ", today=MONDAY) == "my laptop will not start"
