@@ -46,7 +46,7 @@ from services.brain.metrics import (
 )
 from services.brain.prefill import WordsPrefill, key_of
 from services.brain.profile import Profile
-from services.brain.reading import IntentPicker, Reader, intent_examples, reading_prompt
+from services.brain.reading import IntentPicker, Reader, intent_examples
 from services.brain.references import References
 from services.brain.refusals import is_refusal
 from services.brain.sentence_encoder import SentenceEncoder
@@ -127,7 +127,8 @@ class Agent:
         tasks = build_tasks(self.profile, self.tools)
         self.forms = Forms(tasks, self.sentences, self.references, today)
         picker = IntentPicker(encoder, intent_examples(self.profile, tasks)) if encoder else None
-        self.reader = Reader(chat, tasks, f"{self.profile.name}, {self.profile.purpose}", picker)
+        self.reader = Reader(chat, tasks, f"{self.profile.name}, {self.profile.purpose}", picker,
+                             settings.reading_timeout_s, settings.llm_model)
         self.answers = Answers(knowledge, self.sentences, lambda: self.conversation.can_help(),
                                knowledge_tools(self.profile, self.tools))
         self.conversation = Conversation(self.profile, self.forms, self.reader, self.answers, today)
@@ -139,8 +140,8 @@ class Agent:
         guard's prompt once at start, so the first caller does not pay a cold prefill
         (seconds on a CPU); the LLM server's prompt cache keeps them."""
         started = time.perf_counter()
-        messages = reading_prompt(self.reader.business, self.forms.tasks,
-                                  self.reader.fields_for(SessionState(), None), "", "Hello.")
+        messages = [{"role": "system", "content": self.reader.system_prompt()},
+                    {"role": "user", "content": "The caller said: Hello."}]
         warmed = await self._warm("the reading prompt", lambda: self._prime(messages))
         if self.guard is not None:
             warmed = await self._warm("the guard's prompt", self.guard.warm) and warmed
@@ -445,7 +446,8 @@ class Agent:
             return await self._read_tool(turn, name, arguments, events)
 
         decision = await self.conversation.decide(turn.state, request.text, request.turn_id,
-                                                  turn.last_turn(), read, turn.guard_asked.wait)
+                                                  turn.last_turn(), read, turn.guard_asked.wait,
+                                                  dict(request.session_context))
         self._record_decision(turn, decision)
         if decision.fallback:
             LLM_FALLBACKS.inc()

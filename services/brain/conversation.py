@@ -58,9 +58,12 @@ class Conversation:
         self.reader = reader
         self.answers = answers
         self.today = today
+        self.call_context: dict[str, str] = {}
 
     async def decide(self, state: SessionState, text: str, turn_id: str, last_turn: Turn | None,
-                     read: ReadTool, before_model: Callable[[], Awaitable[Any]] | None = None) -> Decision:
+                     read: ReadTool, before_model: Callable[[], Awaitable[Any]] | None = None,
+                     call_context: dict[str, str] | None = None) -> Decision:
+        self.call_context = dict(call_context or {})
         if asks_for_human(text):
             return Decision(self.sentences.handoff, handoff="caller_request")
         answer = Answer.OTHER
@@ -145,7 +148,8 @@ class Conversation:
         question = self.forms.question(state, self._asked_field(state)) if form is not None else ""
         if before_model is not None:
             await before_model()
-        model = await self.reader.model_reading(text, state, question, fields)
+        unread = [f for f in fields if f.name not in values]  # the model reads only what rules did not
+        model = await self.reader.model_reading(text, question, unread, with_intent=intent is None)
         model.record.update(record)
         return Reading(intent or model.intent, {**model.values, **values}, "model", model.record,
                        failed=model.failed and not values and intent is None)
@@ -186,7 +190,9 @@ class Conversation:
     async def _start(self, state: SessionState, text: str, turn_id: str, reading: Reading,
                      read: ReadTool) -> Decision:
         self.forms.start(state, reading.intent)
-        self.forms.apply(state, reading.values, text)
+        # The call's metadata (a phone line's custom parameters) fills fields of the same name,
+        # as data; what the caller says overrides it.
+        self.forms.apply(state, {**self.call_context, **reading.values}, text)
         step = await self.forms.advance(state, turn_id, read)
         return Decision(step.say, read=reading)
 
@@ -197,7 +203,8 @@ class Conversation:
         if reading.intent in self.forms.tasks and reading.intent != form.task:
             return await self._start(state, text, turn_id, reading, read)
         changed = self.forms.apply(state, reading.values, text)
-        if changed:
+        if changed or (reading.intent == form.task and not form.asking):
+            # New values, or the same request again after code could not check it: the next step.
             form.misses = 0
             step = await self.forms.advance(state, turn_id, read)
             return Decision(step.say, read=reading)
@@ -234,10 +241,12 @@ class Conversation:
         return f"Hello, this is {self.profile.name}. " + self.can_help()
 
     def can_help(self) -> str:
+        """What the bot can do: the profile's sentence, naming its tasks where it has ``{tasks}``."""
         titles = [task.title for task in self.forms.tasks.values()]
-        if not titles:
-            return self.sentences.anything_else
-        return self.sentences.can_help.format(tasks=_or_words(titles))
+        template = self.sentences.can_help
+        if "{tasks}" not in template:
+            return template
+        return template.format(tasks=_or_words(titles)) if titles else self.sentences.anything_else
 
 
 def _or_words(items: list[str]) -> str:

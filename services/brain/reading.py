@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from services.brain.confirm import Answer, answer_to_read_back
 from services.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from services.brain.metrics import LLM_CALL_SECONDS, LLM_TOKENS
 from services.brain.sentence_encoder import SentenceEncoder
@@ -148,22 +149,26 @@ def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
             return text
         said = _NAME_SAID.search(text)
         return said[1] if said and parse_name(said[1]) else None
-    if item.type == "text" and bare and not is_question(text):
-        return text
-    if item.type == "reference" and bare:
+    if item.type in ("text", "reference") and bare and _free_answer(text):
         return text
     return None
 
 
+def _free_answer(text: str) -> bool:
+    """Words that can be the answer to "what is the reason / the reference?": not a question,
+    not a yes, no or hedge ("Yes, please." is no reason for a visit)."""
+    return not is_question(text) and answer_to_read_back(text) is Answer.OTHER
+
+
 class Reader:
     def __init__(self, chat: ChatFunction, tasks: dict[str, TaskSpec], business: str,
-                 picker: IntentPicker | None = None, max_tokens: int = 80, timeout_s: float = 8.0) -> None:
+                 picker: IntentPicker | None = None, timeout_s: float = 12.0, model: str = "") -> None:
         self.chat = chat
         self.tasks = tasks
         self.business = business
         self.picker = picker
-        self.max_tokens = max_tokens
         self.timeout_s = timeout_s
+        self.model = model
 
     def pick(self, text: str) -> tuple[str | None, float]:
         return self.picker.pick(text) if self.picker is not None else (None, 0.0)
@@ -179,19 +184,30 @@ class Reader:
                 seen.setdefault(item.name, item)
         return list(seen.values())
 
-    async def model_reading(self, text: str, state: SessionState, question: str,
-                            fields: list[FieldSpec]) -> Reading:
-        """The model's reading under a JSON schema; an empty reading when the model fails."""
-        schema = reading_schema(list(self.tasks), fields)
-        messages = reading_prompt(self.business, self.tasks, fields, question, text)
+    def system_prompt(self) -> str:
+        """The reading's instructions, the same for every turn of the business (every task and
+        every field), so the LLM server keeps them cached and a turn prefills only its words; the
+        JSON schema of each request narrows what is read to what the turn needs."""
+        return reading_system(self.business, self.tasks, self.fields_for(SessionState(), None))
+
+    async def model_reading(self, text: str, question: str, fields: list[FieldSpec],
+                            with_intent: bool = True) -> Reading:
+        """The model's reading of ``fields`` (and the task, ``with_intent``) under a JSON schema; an
+        empty reading, marked failed, when the model cannot give one."""
+        schema = reading_schema(list(self.tasks) if with_intent else None, fields)
+        said = f"The assistant asked: {question}\nThe caller said: {text}" if question else \
+            f"The caller said: {text}"
+        messages = [{"role": "system", "content": self.system_prompt()}, {"role": "user", "content": said}]
+        max_tokens = 16 + 24 * (len(fields) + with_intent)  # room for the JSON, never for prose
         parts: list[str] = []
-        record: dict[str, Any] = {"purpose": "reading"}
+        record: dict[str, Any] = {"purpose": "reading", "fields": [f.name for f in fields]}
         started = time.perf_counter()
         with TRACER.start_as_current_span("llm.reading", attributes={
-                "gen_ai.operation.name": "chat", "gen_ai.request.max_tokens": self.max_tokens}) as span:
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": self.model,
+                "gen_ai.request.max_tokens": max_tokens}) as span:
             try:
                 async with asyncio.timeout(self.timeout_s):
-                    async for chunk in self.chat(messages, max_tokens=self.max_tokens, response_format={
+                    async for chunk in self.chat(messages, max_tokens=max_tokens, response_format={
                             "type": "json_schema", "json_schema": {"name": "reading", "schema": schema}}):
                         parts.append(chunk.text)
                         if chunk.usage:
@@ -199,14 +215,13 @@ class Reader:
                 data = json.loads("".join(parts))
             except (LLMUnavailable, LLMRequestError, ValueError, TimeoutError) as exc:
                 log.info("no usable reading from the model", extra={"error": str(exc)[:200]})
-                record["error"] = str(exc)[:200]
+                record["error"] = str(exc)[:200] or type(exc).__name__
                 return Reading(OTHER, {}, "model", record, failed=True)
             finally:
                 LLM_CALL_SECONDS.observe(time.perf_counter() - started)
                 record["ms"] = round((time.perf_counter() - started) * 1000)
                 span.set_attributes({f"gen_ai.usage.{k}": v for k, v in record.items()
                                      if k in ("input_tokens", "output_tokens") and v is not None})
-        record["reading"] = data
         intent = data.get("intent") if data.get("intent") in (*self.tasks, QUESTION, OTHER) else OTHER
         values = {f.name: data.get(f.name) for f in fields if data.get(f.name) not in (None, "")}
         return Reading(intent, values, "model", record)
@@ -223,8 +238,11 @@ def count_tokens(usage: dict[str, Any]) -> dict[str, Any]:
     return {"input_tokens": prompt, "output_tokens": completion, "cached_tokens": cached}
 
 
-def reading_schema(tasks: list[str], fields: list[FieldSpec]) -> dict[str, Any]:
-    properties: dict[str, Any] = {"intent": {"type": "string", "enum": [OTHER, QUESTION, *tasks]}}
+def reading_schema(tasks: list[str] | None, fields: list[FieldSpec]) -> dict[str, Any]:
+    """One string (or an allowed value) per field, null when not said; the task when asked."""
+    properties: dict[str, Any] = {}
+    if tasks is not None:
+        properties["intent"] = {"type": "string", "enum": [OTHER, QUESTION, *tasks]}
     for item in fields:
         if item.choices:
             properties[item.name] = {"anyOf": [{"type": "string", "enum": list(item.choices)},
@@ -235,19 +253,16 @@ def reading_schema(tasks: list[str], fields: list[FieldSpec]) -> dict[str, Any]:
             "additionalProperties": False}
 
 
-def reading_prompt(business: str, tasks: dict[str, TaskSpec], fields: list[FieldSpec], question: str,
-                   text: str) -> list[dict[str, str]]:
+def reading_system(business: str, tasks: dict[str, TaskSpec], fields: list[FieldSpec]) -> str:
     task_lines = "\n".join(f"- {name}: the caller wants to {task.title}" for name, task in tasks.items())
     field_lines = "\n".join(f"- {f.name}: {_field_hint(f)}" for f in fields)
-    system = (
-        f"You read what a caller said to {business} and write one line of JSON. You never answer.\n"
+    return (
+        f"You read what a caller said to {business} and write compact JSON on one line, only the "
+        f"keys asked for. You never answer.\n"
         f"intent, one of:\n- other: greetings, thanks, yes or no, anything else\n"
         f"- question: the caller asks for information\n{task_lines}\n"
-        f"For each field, copy the caller's own words for it from their message, or null when they "
-        f"did not say it:\n{field_lines}")
-    said = f"The assistant asked: {question}\nThe caller said: {text}" if question else \
-        f"The caller said: {text}"
-    return [{"role": "system", "content": system}, {"role": "user", "content": said}]
+        f"For each field asked for, copy the caller's own words for it from their message, or null "
+        f"when they did not say it:\n{field_lines}")
 
 
 def _field_hint(item: FieldSpec) -> str:

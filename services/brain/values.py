@@ -191,7 +191,9 @@ _NAME_LEAD = re.compile(
 _NOT_A_NAME = re.compile(
     r"\b(?:table|book|reserv|appointment|tomorrow|today|people|pm|am|o'clock|what|when|how|why|where|"
     r"yes|no|cancel|change|don't|do not|sorry|please|help|looking|calling|just|not|here|good|fine|"
-    r"hoping|trying|wondering|interested|afraid|sure|okay|ok|well|great|thanks|thank)\b|\d|\?", re.I)
+    r"hoping|trying|wondering|interested|afraid|sure|okay|ok|well|great|thanks|thank|then|instead|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|tonight|morning|evening|noon)\b|\d|\?",
+    re.I)
 
 
 def parse_name(text: str) -> str | None:

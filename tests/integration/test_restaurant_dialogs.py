@@ -62,10 +62,11 @@ class Caller:
         self.name = "N" + "".join(chr(ord("a") + int(c, 16) % 26) for c in uuid.uuid4().hex[:6])
         self.events: list[brain_pb2.RespondEvent] = []
 
-    async def say(self, text: str, ahead: ReadAhead | None = None) -> str:
+    async def say(self, text: str, ahead: ReadAhead | None = None, context: dict | None = None) -> str:
         self.turns += 1
         request = brain_pb2.RespondRequest(session_id=self.session, turn_id=f"t{self.turns}",
-                                           user_id="alice", text=text.replace("NAME", self.name))
+                                           user_id="alice", text=text.replace("NAME", self.name),
+                                           session_context=context or {})
         self.events = [event async for event in self.agent.respond(request, ahead=ahead)]
         return "".join(e.delta.text for e in self.events if e.WhichOneof("event") == "delta")
 
@@ -290,3 +291,31 @@ async def test_a_bare_no_in_a_booking_is_never_blocked_but_off_topic_still_is(re
     assert "What would you like to change?" in said
     said = await caller.say("Write me a poem about the sea.")
     assert said == "" and caller.events[-1].WhichOneof("event") == "blocked"
+
+
+async def test_the_calls_metadata_fills_a_field_of_the_same_name_as_data(restaurant):
+    """A phone line's custom parameter ``name`` fills the booking's name; nothing else is taken."""
+    make, booked, _ = restaurant
+    caller = make()
+    said = await caller.say("A table for two on Friday at seven pm.", context={"name": caller.name, "x": "y"})
+    assert f"under the name {caller.name}" in said and said.endswith("Shall I go ahead?")
+    await caller.say("Yes.")
+    assert len(await booked(caller)) == 1
+
+
+async def test_the_same_request_again_after_a_failed_check_checks_again(restaurant):
+    make, booked, _ = restaurant
+    caller = make()
+    agent = caller.agent
+    real = agent.dispatcher.run
+
+    async def down(tool, call, args, ctx):
+        from services.brain.tools import ToolResult
+        return ToolResult(call, "unavailable", {"ok": False, "error": "down"})
+
+    agent.dispatcher.run = down
+    said = await caller.say("Can I book a table for two on Friday at seven pm under NAME?")
+    assert said == "Sorry, I can't check the reservation book right now. Please try again in a moment."
+    agent.dispatcher.run = real
+    said = await caller.say("Can I book a table for two on Friday at seven pm under NAME?")
+    assert said.endswith("Shall I go ahead?")
