@@ -304,7 +304,7 @@ async def test_the_calls_metadata_fills_a_field_of_the_same_name_as_data(restaur
 
 
 async def test_the_same_request_again_after_a_failed_check_checks_again(restaurant):
-    make, booked, _ = restaurant
+    make, _, _ = restaurant
     caller = make()
     agent = caller.agent
     real = agent.dispatcher.run
