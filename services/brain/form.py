@@ -290,8 +290,8 @@ class Forms:
             return Step(self.sentences.tool_unavailable, unreachable=True)
         value = result.content.get("result") if result.outcome == "succeeded" else None
         items = items_of(value, "")
-        if value is not None and not items and isinstance(value, dict):
-            items = [value]
+        if isinstance(value, dict) and not any(isinstance(v, list) for v in value.values()):
+            items = [value]  # one record, not a list of them
         state.form = None
         if not items:
             question = spec.ask_any or self.sentences.anything_else
