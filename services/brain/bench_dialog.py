@@ -27,6 +27,7 @@ import string
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,8 +236,10 @@ def summary(profile: str, results: list[DialogResult]) -> dict[str, Any]:
             "failed": [r.name for r in results if not r.success]}
 
 
-async def main_async(args: argparse.Namespace) -> int:
-    stack = Stack(Path(tempfile.mkdtemp(prefix="bench-dialog-")), quiet=False)
+async def each_profile(prefix: str, profiles: list[str], bench: Callable[..., Awaitable[Any]]) -> list[Any]:
+    """One stack as ``make run`` starts it (redis, the local LLM, STT, TTS), and ``bench`` run on
+    it for each profile (which starts the profile's MCP servers, brain and gateway)."""
+    stack = Stack(Path(tempfile.mkdtemp(prefix=prefix)), quiet=False)
     rows = []
     try:
         port = free_port()
@@ -244,12 +247,19 @@ async def main_async(args: argparse.Namespace) -> int:
         redis_url = redis_url_for(port)
         llm_url, llm_env = start_local_llm(stack)
         speech = start_speech(stack)
-        for profile in args.profile:
+        for profile in profiles:
             print(f"== {profile}", flush=True)
-            results = await bench_profile(profile, stack, speech, llm_url, llm_env, redis_url, args.limit)
-            rows.append(summary(profile, results))
+            rows.append(await bench(profile, stack, speech, llm_url, llm_env, redis_url))
     finally:
         stack.stop()
+    return rows
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    async def one(profile: str, *started: Any) -> dict[str, Any]:
+        return summary(profile, await bench_profile(profile, *started, args.limit))
+
+    rows = await each_profile("bench-dialog-", args.profile, one)
     print("\n| profile | dialogs | task success | safety violations | turn p50 s | turn p95 s |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -259,15 +269,21 @@ async def main_async(args: argparse.Namespace) -> int:
     return 1 if any(row["safety_violations"] for row in rows) else 0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def profile_args(description: str, limit_help: str) -> argparse.Namespace:
+    """``--profile`` (repeatable; default: every shipped one, the restaurant first) and ``--limit``;
+    a SIGTERM (timeout, kill) then unwinds like Ctrl-C, so the stack a bench started is stopped."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--profile", action="append", choices=sorted(DIALOGS),
                         help="profile to run (repeatable; default: all)")
-    parser.add_argument("--limit", type=int, default=None, help="dialogues per profile")
+    parser.add_argument("--limit", type=int, default=None, help=limit_help)
     args = parser.parse_args()
     args.profile = args.profile or sorted(DIALOGS, key=lambda p: p != "restaurant")
-    # A SIGTERM (timeout, kill) unwinds like Ctrl-C, so the stack this bench started is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    return args
+
+
+def main() -> None:
+    args = profile_args(__doc__.split("\n")[0], "dialogues per profile")
     sys.exit(asyncio.run(main_async(args)))
 
 

@@ -18,27 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from services.brain.bench_dialog import DIALOGS, TOKEN, Conversation, words
+from services.brain.bench_dialog import TOKEN, Conversation, each_profile, profile_args, words
 from services.brain.profile import load_profile
 from voicebot.common.stats import percentile
 from voicebot.devstack import (
     ROOT,
     Stack,
-    free_port,
-    redis_url_for,
     start_brain_and_gateway,
-    start_local_llm,
     start_mcp_servers,
-    start_speech,
 )
 
 QUESTIONS = ROOT / "services/brain/bench_questions.yaml"
@@ -102,19 +95,10 @@ def summary(profile: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    stack = Stack(Path(tempfile.mkdtemp(prefix="bench-knowledge-")), quiet=False)
-    rows = []
-    try:
-        port = free_port()
-        stack.start_redis(port)
-        redis_url = redis_url_for(port)
-        llm_url, llm_env = start_local_llm(stack)
-        speech = start_speech(stack)
-        for profile in args.profile:
-            print(f"== {profile}", flush=True)
-            rows.append(await bench_profile(profile, stack, speech, llm_url, llm_env, redis_url, args.limit))
-    finally:
-        stack.stop()
+    async def one(profile: str, *started: Any) -> dict[str, Any]:
+        return await bench_profile(profile, *started, args.limit)
+
+    rows = await each_profile("bench-knowledge-", args.profile, one)
     print("\n| profile | known questions | answered with the fact | unknown questions | invented facts "
           "| reply p50 s | reply p95 s |")
     print("|---|---|---|---|---|---|---|")
@@ -126,14 +110,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--profile", action="append", choices=sorted(DIALOGS),
-                        help="profile to run (repeatable; default: all)")
-    parser.add_argument("--limit", type=int, default=None, help="questions of each kind per profile")
-    args = parser.parse_args()
-    args.profile = args.profile or sorted(DIALOGS, key=lambda p: p != "restaurant")
-    # A SIGTERM (timeout, kill) unwinds like Ctrl-C, so the stack this bench started is stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    args = profile_args(__doc__.split("\n")[0], "questions of each kind per profile")
     sys.exit(asyncio.run(main_async(args)))
 
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
@@ -33,7 +32,7 @@ from starlette.responses import JSONResponse
 from services.clinic.store import InvalidRequest, OpeningTaken, Store
 from voicebot.common import mcp_http
 from voicebot.common.logs import setup_logging
-from voicebot.common.mcp_http import pinned_clock
+from voicebot.common.mcp_http import BOOK, CANCEL, READ_ONLY, pinned_clock, tool_error, tool_ok
 
 log = logging.getLogger("clinic")
 
@@ -53,29 +52,16 @@ class ClinicSettings(BaseSettings):
     log_json: bool = True
 
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-BOOK = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
-                       open_world_hint=False)
-CANCEL = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                         open_world_hint=False)
-
-
-def _ok(data: dict[str, Any]) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data)
-
-
-def _error(text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
 async def _run(work: Callable[[], dict[str, Any]]) -> CallToolResult:
     """A store call in a thread (sqlite3 blocks), its exceptions as the tool errors the brain reads."""
     try:
-        return _ok(await asyncio.to_thread(work))
+        return tool_ok(await asyncio.to_thread(work))
     except InvalidRequest as exc:
-        return _error(f"invalid: {exc}")
+        return tool_error(f"invalid: {exc}")
     except OpeningTaken as exc:
-        return _error(f"refused: opening_taken: opening {exc} has just been booked; offer other openings")
+        return tool_error(f"refused: opening_taken: opening {exc} has just been booked; offer other openings")
 
 
 Day = Annotated[str, Field(description="YYYY-MM-DD, 'today', 'tomorrow' or a weekday name such as 'tuesday' "

@@ -19,14 +19,13 @@ confirmation).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from datetime import date
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
@@ -36,7 +35,7 @@ from services.reservations.failures import FailurePlan, parse_plan
 from services.reservations.store import InvalidRequest, SlotTaken, Store
 from voicebot.common import mcp_http
 from voicebot.common.logs import setup_logging
-from voicebot.common.mcp_http import pinned_clock
+from voicebot.common.mcp_http import BOOK, CANCEL, READ_ONLY, pinned_clock, tool_error, tool_ok
 
 log = logging.getLogger("reservations")
 
@@ -58,21 +57,8 @@ class ReservationsSettings(BaseSettings):
     log_json: bool = True
 
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-BOOK = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
-                       open_world_hint=False)
-CANCEL = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                         open_world_hint=False)
 ADMIN = ToolAnnotations(title="admin: set the failure plan (never for a model)", read_only_hint=False,
                         destructive_hint=True, idempotent_hint=True, open_world_hint=False)
-
-
-def _ok(data: dict[str, Any]) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data)
-
-
-def _error(text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
 class Reservations:
@@ -87,11 +73,11 @@ class Reservations:
         if injected is not None:
             return injected
         try:
-            return _ok(await asyncio.to_thread(work))
+            return tool_ok(await asyncio.to_thread(work))
         except InvalidRequest as exc:
-            return _error(f"invalid: {exc}")
+            return tool_error(f"invalid: {exc}")
         except SlotTaken as exc:
-            return _error(f"refused: slot_taken: no table left in slot {exc}; offer other times")
+            return tool_error(f"refused: slot_taken: no table left in slot {exc}; offer other times")
 
     async def _inject(self, tool: str) -> CallToolResult | None:
         failure = self.plan.next(tool)
@@ -101,11 +87,11 @@ class Reservations:
         if failure.kind in ("timeout", "slow"):
             await asyncio.sleep(failure.delay_s)
         if failure.kind == "timeout":
-            return _error("error: timed out (simulated)")
+            return tool_error("error: timed out (simulated)")
         if failure.kind == "slot_taken":
-            return _error("refused: slot_taken (simulated)")
+            return tool_error("refused: slot_taken (simulated)")
         if failure.kind == "error":
-            return _error(f"error: {failure.message}")
+            return tool_error(f"error: {failure.message}")
         return None  # slow: now do the work
 
 
@@ -172,8 +158,8 @@ def _add_admin_tools(server: MCPServer, service: Reservations) -> None:
         try:
             service.plan.replace(parse_plan(plan_json))
         except ValueError as exc:
-            return _error(f"invalid: {exc}")
-        return _ok({"pending": service.plan.pending()})
+            return tool_error(f"invalid: {exc}")
+        return tool_ok({"pending": service.plan.pending()})
 
 
 async def serve(settings: ReservationsSettings) -> None:

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
@@ -38,7 +37,7 @@ from starlette.responses import JSONResponse
 from services.salon.store import SERVICES, STYLISTS, InvalidRequest, Store, TimeTaken
 from voicebot.common import mcp_http
 from voicebot.common.logs import setup_logging
-from voicebot.common.mcp_http import pinned_clock
+from voicebot.common.mcp_http import BOOK, CANCEL, READ_ONLY, pinned_clock, tool_error, tool_ok
 
 log = logging.getLogger("salon")
 
@@ -58,30 +57,17 @@ class SalonSettings(BaseSettings):
     log_json: bool = True
 
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-BOOK = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
-                       open_world_hint=False)
-CANCEL = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                         open_world_hint=False)
-
-
-def _ok(data: dict[str, Any]) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data)
-
-
-def _error(text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
 async def _run(work: Callable[[], dict[str, Any]]) -> CallToolResult:
     """A store call in a thread (sqlite3 blocks), its exceptions as the tool errors the brain reads."""
     try:
-        return _ok(await asyncio.to_thread(work))
+        return tool_ok(await asyncio.to_thread(work))
     except InvalidRequest as exc:
-        return _error(f"invalid: {exc}")
+        return tool_error(f"invalid: {exc}")
     except TimeTaken as exc:
         start = exc.start
-        return _error(f"refused: time_taken: {start.time} with {STYLISTS[start.stylist]} on "
+        return tool_error(f"refused: time_taken: {start.time} with {STYLISTS[start.stylist]} on "
                       f"{start.day:%A} {start.day.isoformat()} is no longer free; offer other times")
 
 

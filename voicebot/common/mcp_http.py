@@ -12,14 +12,35 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hmac
+import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import uvicorn
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger("mcp.http")
+
+# The annotations the brain maps onto its tool kinds: a read-only tool runs freely; any other is a
+# write that runs only after the caller's yes to code's read-back.
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+BOOK = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                       open_world_hint=False)
+CANCEL = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                         open_world_hint=False)
+
+
+def tool_ok(data: dict[str, Any]) -> CallToolResult:
+    """A tool's result, as text and as structured content."""
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data)
+
+
+def tool_error(text: str) -> CallToolResult:
+    """A tool error the brain reads: ``refused: ...`` (a business no) or ``invalid: ...`` (bad input)."""
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
 class BearerAuth:
