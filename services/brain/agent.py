@@ -130,7 +130,7 @@ class Agent:
         self.reader = Reader(chat, tasks, f"{self.profile.name}, {self.profile.purpose}", picker,
                              settings.reading_timeout_s, settings.llm_model)
         self.answers = Answers(knowledge, self.sentences, lambda: self.conversation.can_help(),
-                               knowledge_tools(self.profile, self.tools))
+                               knowledge_tools(self.profile, self.tools), self.profile.knowledge.min_score)
         self.conversation = Conversation(self.profile, self.forms, self.reader, self.answers, today)
         self.words_prefill = WordsPrefill(self._prime_words, settings.prefill_on_words_max)
         self._background: set[asyncio.Task] = set()

@@ -12,6 +12,7 @@ read-back and done sentences; anywhere else it is replaced before it is spoken.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Callable
@@ -49,6 +50,31 @@ def for_the_ear(text: str, language: str = "en") -> str:
     return " ".join((cleaner.clean(joined) + cleaner.flush()).split())
 
 
+_STOP = frozenset(
+    "a an the i you we my your our is are was be do does did can could would will shall should to of "
+    "in on at for with and or it its this that there what when where which who how any have has "
+    "me us get take make please about from by as not no yes there's what's".split())
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _STOP and len(w) > 2]
+
+
+def shares_words(question: str, passage: str) -> bool:
+    """The passage holds two of the question's own content words next to each other ("American
+    Express"), a name the question gives ("Medicare", "Korean"), or three of its content words
+    anywhere: a lexical match that embeddings of a short question against a longer passage score
+    low."""
+    asked, held = content_words(question), content_words(passage)
+    pairs = set(itertools.pairwise(held))
+    if any(pair in pairs for pair in itertools.pairwise(asked)):
+        return True
+    names = {w.lower() for w in re.findall(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-z]{2,}\b", question.strip())}
+    if names & set(held) - _STOP:
+        return True
+    return len(set(asked) & set(held)) >= 3
+
+
 class Passage(Protocol):
     text: str
     score: float
@@ -70,8 +96,12 @@ class Answer:
 
 class Answers:
     def __init__(self, knowledge: KnowledgeSearch | None, sentences: Sentences,
-                 can_help: Callable[[], str], tools: dict[str, str | None] | None = None) -> None:
+                 can_help: Callable[[], str], tools: dict[str, str | None] | None = None,
+                 min_score: float = 0.0) -> None:
         self.knowledge = knowledge
+        # Passages at or above this are relevant; below it (down to what the index returns) only
+        # when they share the question's own words (``shares_words``).
+        self.min_score = min_score
         self.sentences = sentences
         self.can_help = can_help
         # Read-only tools whose result is knowledge: name -> the argument the question goes in.
@@ -113,11 +143,17 @@ class Answers:
                     said.append(", ".join(words))
         return f"Here is what I found: {'; '.join(said)}." if said else ""
 
+    async def best_score(self, text: str) -> float:
+        """How close the nearest relevant passage is to the words (0: none)."""
+        passages = await self._search(text)
+        return float(passages[0].score) if passages else 0.0
+
     async def _search(self, text: str) -> list[Any]:
         if self.knowledge is None or not text.strip():
             return []
         try:
-            return list(await self.knowledge.search(text))
+            found = list(await self.knowledge.search(text))
         except Exception as exc:  # noqa: BLE001 - an index outage is an unknown fact, not a crash
             log.warning("knowledge search failed", extra={"error": repr(exc)})
             return []
+        return [p for p in found if p.score >= self.min_score or shares_words(text, p.text)]

@@ -6,8 +6,10 @@ profile's MCP servers, brain, gateway). Each question is typed on its own call
 
 - **known** questions (the profile's knowledge answers them): the expected fact is in the
   reply (any of its phrasings, compared as spoken words);
-- **unknown** questions (the business never said): the reply is the profile's unknown-fact
-  sentence. Anything else is counted as an invented fact.
+- **unknown** questions (the business never said): the reply should be the profile's
+  unknown-fact sentence (``unknown_said``); a reply that states anything the business's
+  knowledge does not hold, word for word as spoken, is an **invented fact**. (A true passage
+  that does not answer the question is neither: it is counted as not unknown_said only.)
 
 Prints a table (accuracy, invented facts, reply time p50/p95 at the client) and JSON.
 ``--profile`` picks one profile; ``--limit`` asks fewer questions of each kind.
@@ -20,12 +22,15 @@ import asyncio
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from services.brain.answers import for_the_ear
 from services.brain.bench_dialog import TOKEN, Conversation, each_profile, profile_args, words
-from services.brain.profile import load_profile
+from services.brain.knowledge import load_passages
+from services.brain.profile import Profile, load_profile
 from voicebot.common.stats import percentile
 from voicebot.devstack import (
     ROOT,
@@ -46,6 +51,22 @@ def judge_unknown(reply: str, unknown_sentence: str) -> bool:
     return words(reply).startswith(words(unknown_sentence))
 
 
+def spoken_knowledge(profile: Profile) -> list[str]:
+    """Every passage of the profile's knowledge as the bot would speak it, in judged words."""
+    passages = load_passages(profile.knowledge, Path(profile.base_dir or "."))
+    return [words(for_the_ear(p.text)) for p in passages]
+
+
+def invented(reply: str, profile: Profile, known: list[str]) -> bool:
+    """The reply states something that is neither code's own words (the unknown-fact sentence and
+    what the bot can do, a task's question) nor a passage of the business's knowledge."""
+    said = words(reply)
+    if said.startswith(words(profile.sentences.unknown_fact)):
+        return False
+    questions = [words(f.ask) for task in profile.tasks.values() for f in task.fields.values() if f.ask]
+    return not any(said in passage for passage in known) and said not in questions
+
+
 async def ask(ws_url: str, question: str) -> tuple[str, float]:
     async with Conversation(ws_url, TOKEN) as call:
         started = time.perf_counter()
@@ -56,7 +77,8 @@ async def ask(ws_url: str, question: str) -> tuple[str, float]:
 async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm_url: str,
                         llm_env: dict[str, str], redis_url: str, limit: int | None) -> dict[str, Any]:
     questions = yaml.safe_load(QUESTIONS.read_text())[profile]
-    unknown_sentence = load_profile(profile).sentences.unknown_fact
+    business = load_profile(profile)
+    unknown_sentence, known_words = business.sentences.unknown_fact, spoken_knowledge(business)
     _, brain_env = start_mcp_servers(stack, profile, {})
     stt, tts = speech
     _, gateway = start_brain_and_gateway(
@@ -72,7 +94,8 @@ async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm
     for question in questions["unknown"][:limit]:
         reply, seconds = await ask(ws_url, question)
         rows.append({"kind": "unknown", "q": question, "reply": reply, "s": round(seconds, 2),
-                     "ok": judge_unknown(reply, unknown_sentence)})
+                     "ok": judge_unknown(reply, unknown_sentence),
+                     "invented": invented(reply, business, known_words)})
         _print(profile, rows[-1])
     return summary(profile, rows)
 
@@ -88,7 +111,8 @@ def summary(profile: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     seconds = [r["s"] for r in rows]
     return {"profile": profile, "known": len(known), "unknown": len(unknown),
             "known_answered": round(sum(r["ok"] for r in known) / max(1, len(known)), 3),
-            "invented_facts": sum(not r["ok"] for r in unknown),
+            "unknown_said": round(sum(r["ok"] for r in unknown) / max(1, len(unknown)), 3),
+            "invented_facts": sum(r.get("invented", False) for r in rows),
             "reply_s_p50": round(percentile(seconds, 0.5), 2) if seconds else None,
             "reply_s_p95": round(percentile(seconds, 0.95), 2) if seconds else None,
             "failed": [r["q"] for r in rows if not r["ok"]]}
@@ -99,12 +123,13 @@ async def main_async(args: argparse.Namespace) -> int:
         return await bench_profile(profile, *started, args.limit)
 
     rows = await each_profile("bench-knowledge-", args.profile, one)
-    print("\n| profile | known questions | answered with the fact | unknown questions | invented facts "
-          "| reply p50 s | reply p95 s |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| profile | known questions | answered with the fact | unknown questions | unknown sentence "
+          "| invented facts | reply p50 s | reply p95 s |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['profile']} | {row['known']} | {row['known_answered']:.0%} | {row['unknown']} "
-              f"| {row['invented_facts']} | {row['reply_s_p50']} | {row['reply_s_p95']} |")
+              f"| {row['unknown_said']:.0%} | {row['invented_facts']} | {row['reply_s_p50']} "
+              f"| {row['reply_s_p95']} |")
     print(json.dumps({"bench": "knowledge", "results": rows}, indent=2))
     return 1 if any(row["invented_facts"] for row in rows) else 0
 

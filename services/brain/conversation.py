@@ -36,6 +36,8 @@ _THANKS = re.compile(r"^(?:(?:ok(?:ay)?|great|perfect|cool),?\s+)?(?:thanks|than
 _NO_MORE = re.compile(r"^(?:no|nope|no thanks|no thank you|not now|i'll call back|no,? i'll call back)\b",
                       re.I)
 MISSES_BEFORE_HANDOFF = 2
+# A question starts a task only this close to the task's examples ("Can I book a table?" ~0.84).
+TASK_QUESTION_ABOVE = 0.62
 
 
 @dataclass
@@ -135,6 +137,8 @@ class Conversation:
         intent, score = self.reader.pick(text)
         if form is None and (by_values := self._task_by_values(state, text)) is not None:
             intent = by_values  # "a table for two on Thursday at six": the fields name the task
+        elif intent in self.forms.tasks and is_question(text) and await self._rather_a_question(text, score):
+            intent = QUESTION
         target = form.task if form is not None else intent if intent in self.forms.tasks else None
         fields = self.reader.fields_for(state, target)
         values = rule_values(text, fields, asking, self.today(), form.values if form is not None else None)
@@ -153,6 +157,12 @@ class Conversation:
         model.record.update(record)
         return Reading(intent or model.intent, {**model.values, **values}, "model", model.record,
                        failed=model.failed and not values and intent is None)
+
+    async def _rather_a_question(self, text: str, score: float) -> bool:
+        """A question the embeddings put near a task ("Do you have a private dining room?" near
+        "Do you have a table for four?") is a question unless it is plainly the task, or nearer to
+        the business's knowledge than to the task's examples."""
+        return score < TASK_QUESTION_ABOVE or await self.answers.best_score(text) >= score
 
     def _task_by_values(self, state: SessionState, text: str) -> str | None:
         """The one task two or more of whose fields the rules read in the words, if one is."""
@@ -231,7 +241,7 @@ class Conversation:
         stripped = text.strip()
         if _THANKS.match(stripped) or _NO_MORE.match(stripped):
             return Decision(self.sentences.goodbye, read=reading)
-        if answer_to_read_back(stripped) in (Answer.YES, Answer.UNSURE):  # a yes to nothing pending
+        if answer_to_read_back(stripped) is Answer.YES:  # a yes to nothing pending
             return Decision(self.can_help(), read=reading)
         if _GREETING.match(stripped) and len(stripped.split()) <= 6:
             return Decision(self.greeting(), read=reading)

@@ -269,13 +269,19 @@ def sentence_encoder(settings: BrainSettings, profile: Profile) -> SentenceEncod
         return None
 
 
+LEXICAL_FLOOR = 0.3
+
+
 async def knowledge_index(profile: Profile, encoder: SentenceEncoder | None) -> KnowledgeIndex | None:
     """The profile's knowledge in its index (embedded, or the Qdrant server it names), with
     retrieval started early on the caller's words so far."""
     settings = profile.knowledge
     if encoder is None or not (settings.faq or settings.files):
         return None
-    index = await open_knowledge(settings, Path(profile.base_dir or "."), encoder)
+    # The index returns passages down to LEXICAL_FLOOR; the brain keeps those below the profile's
+    # min_score only when they share the question's own words (answers.shares_words).
+    floor = settings.model_copy(update={"min_score": min(settings.min_score, LEXICAL_FLOOR)})
+    index = await open_knowledge(floor, Path(profile.base_dir or "."), encoder)
     log.info("knowledge ready", extra={"store": settings.store_url or "embedded"})
     return index
 
