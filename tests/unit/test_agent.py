@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from services.brain.agent import Agent
-from services.brain.answers import claims_outcome
+from services.brain.answers import claims_outcome, shares_words
 from services.brain.config import BrainSettings
 from services.brain.guard import TopicGuard
 from services.brain.guard_screen import ExampleScreen
@@ -325,3 +325,13 @@ def test_a_profile_whose_knowledge_file_is_not_text_fails_naming_it(tmp_path):
 
     with pytest.raises(ProfileError, match=r"menu\.md.*UTF-8"):
         load_profile(str(profile))
+
+
+@pytest.mark.parametrize(("question", "passage", "shares"), [
+    ("Do you take American Express?", "We accept Visa, Mastercard and American Express.", True),
+    ("Do you take Medicare?", "The clinic accepts Aetna, Cigna and Medicare.", True),
+    ("Do you sell gift cards?", "We accept Visa, Mastercard and American Express.", False),
+    ("Do you have a private dining room?", "There is no private parking lot.", False),
+])
+def test_a_passage_below_the_line_counts_only_with_the_questions_own_words(question, passage, shares):
+    assert shares_words(question, passage) is shares
