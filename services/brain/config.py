@@ -67,7 +67,7 @@ class BrainSettings(ServiceSettings):
     profile: str = ""
     # The longest a turn waits for the model's reading of the caller's words (only words the rules
     # and embeddings cannot read go to the model); then the caller hears the fallback sentence.
-    reading_timeout_s: float = 12.0
+    reading_timeout_s: float = 20.0
     # How long the start waits for the profile's MCP servers to answer, then fails.
     mcp_connect_wait_s: float = 30.0
     # Brain.Prefill (the caller's words so far, from interim transcripts): at most this many

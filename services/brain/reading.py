@@ -162,7 +162,7 @@ def _free_answer(text: str) -> bool:
 
 class Reader:
     def __init__(self, chat: ChatFunction, tasks: dict[str, TaskSpec], business: str,
-                 picker: IntentPicker | None = None, timeout_s: float = 12.0, model: str = "") -> None:
+                 picker: IntentPicker | None = None, timeout_s: float = 20.0, model: str = "") -> None:
         self.chat = chat
         self.tasks = tasks
         self.business = business
