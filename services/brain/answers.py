@@ -72,6 +72,8 @@ def shares_words(question: str, passage: str) -> bool:
     names = {w.lower() for w in re.findall(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-z]{2,}\b", question.strip())}
     if names & set(held) - _STOP:
         return True
+    if len(set(asked)) == 1 and set(asked) <= set(held[:3]):  # "What's your address?": its heading
+        return True
     return len(set(asked) & set(held)) >= 3
 
 
@@ -156,4 +158,5 @@ class Answers:
         except Exception as exc:  # noqa: BLE001 - an index outage is an unknown fact, not a crash
             log.warning("knowledge search failed", extra={"error": repr(exc)})
             return []
-        return [p for p in found if p.score >= self.min_score or shares_words(text, p.text)]
+        return [p for p in found if p.score >= self.min_score
+                or shares_words(text, f"{getattr(p, 'title', '')}. {p.text}")]
