@@ -224,7 +224,21 @@ class Reader:
                                      if k in ("input_tokens", "output_tokens") and v is not None})
         intent = data.get("intent") if data.get("intent") in (*self.tasks, QUESTION, OTHER) else OTHER
         values = {f.name: data.get(f.name) for f in fields if data.get(f.name) not in (None, "")}
-        return Reading(intent, values, "model", record)
+        copied = {name: value for name, value in values.items() if said_in(value, text)}
+        if len(copied) < len(values):  # a schema makes a small model fill every key: "John Doe"
+            record["not_said"] = sorted(set(values) - set(copied))
+        return Reading(intent, copied, "model", record)
+
+
+_FILLER = frozenset("a an the my our it is it's for with at on in of to please".split())
+
+
+def said_in(value: Any, text: str) -> bool:
+    """The model only copies: each word of its value is one the caller said (numbers compared as
+    digits, "two" as "2"). A value the caller never said is the model's invention, never used."""
+    heard = set(re.findall(r"[a-z0-9]+", digits(text.lower())))
+    words = [w for w in re.findall(r"[a-z0-9]+", digits(str(value).lower())) if w not in _FILLER]
+    return bool(words) and all(w in heard for w in words)
 
 
 def count_tokens(usage: dict[str, Any]) -> dict[str, Any]:

@@ -158,7 +158,7 @@ async def test_code_asks_for_each_missing_field_with_one_question(desk):
 
 async def test_a_value_outside_the_schema_is_never_used_and_the_field_is_asked(desk):
     caller, helpdesk, _ = desk
-    said = spoken(await caller.say("The printer is jammed, open a ticket, it is urgent."))
+    said = spoken(await caller.say("The printer on floor two is jammed, open a ticket, it is urgent."))
     assert said == "Which priority would you like: low, normal or high?"
     assert helpdesk.writes() == []
 
@@ -355,3 +355,12 @@ async def test_a_committed_preemptive_turn_is_an_ordinary_turn(desk):
     assert spoken(events) == "What is the summary?" and events[-1].WhichOneof("event") == "final"
     [stored] = (await caller.agent.store.load("alice", caller.session)).turns
     assert stored.user == "I need to open a ticket."
+
+
+async def test_a_value_the_caller_never_said_is_the_models_invention_and_never_used(desk):
+    """Under a schema a small model fills every key; code keeps only words the caller said."""
+    caller, helpdesk, llm = desk
+    llm.script = lambda body: "ALLOW" if is_guard(body) else json.dumps(
+        {"intent": "open_ticket", "summary": "the server room is on fire", "priority": "high"})
+    said = spoken(await caller.say("Hello, I need to open a ticket about something."))
+    assert said == "What is the summary?" and helpdesk.writes() == []
