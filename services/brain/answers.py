@@ -60,18 +60,23 @@ def content_words(text: str) -> list[str]:
     return [w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _STOP and len(w) > 2]
 
 
+def names_or_phrase(question: str, passage: str) -> bool:
+    """The passage holds two of the question's content words side by side, or a name it gives."""
+    asked, held = content_words(question), content_words(passage)
+    if set(itertools.pairwise(asked)) & set(itertools.pairwise(held)):
+        return True
+    names = {w.lower() for w in re.findall(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-z]{2,}\b", question.strip())}
+    return bool(names & set(held) - _STOP)
+
+
 def shares_words(question: str, passage: str) -> bool:
     """The passage holds two of the question's own content words next to each other ("American
     Express"), a name the question gives ("Medicare", "Korean"), or three of its content words
     anywhere: a lexical match that embeddings of a short question against a longer passage score
     low."""
+    if names_or_phrase(question, passage):
+        return True
     asked, held = content_words(question), content_words(passage)
-    pairs = set(itertools.pairwise(held))
-    if any(pair in pairs for pair in itertools.pairwise(asked)):
-        return True
-    names = {w.lower() for w in re.findall(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-z]{2,}\b", question.strip())}
-    if names & set(held) - _STOP:
-        return True
     if len(set(asked)) == 1 and set(asked) <= set(held[:3]):  # "What's your address?": its heading
         return True
     return len(set(asked) & set(held)) >= 3
@@ -158,5 +163,8 @@ class Answers:
         except Exception as exc:  # noqa: BLE001 - an index outage is an unknown fact, not a crash
             log.warning("knowledge search failed", extra={"error": repr(exc)})
             return []
-        return [p for p in found if p.score >= self.min_score
+        kept = [p for p in found if p.score >= self.min_score
                 or shares_words(text, f"{getattr(p, 'title', '')}. {p.text}")]
+        # A passage that holds a name or a phrase of the question ("Medicare") answers it before a
+        # nearer FAQ phrasing of another question ("Do you take walk-ins?").
+        return sorted(kept, key=lambda p: not names_or_phrase(text, f"{getattr(p, 'title', '')}. {p.text}"))
