@@ -59,10 +59,11 @@ def spoken_knowledge(profile: Profile) -> list[str]:
 
 def invented(reply: str, profile: Profile, known: list[str]) -> bool:
     """The reply states something that is neither code's own words (the unknown-fact sentence and
-    what the bot can do, a task's question) nor a passage of the business's knowledge."""
+    what the bot can do, the guard's blocked sentence, a task's question) nor a passage of the
+    business's knowledge."""
     said = words(reply)
-    if said.startswith(words(profile.sentences.unknown_fact)):
-        return False
+    if said.startswith(words(profile.sentences.unknown_fact)) or said == words(profile.sentences.blocked):
+        return False  # code's own sentences: nothing is stated
     questions = [words(f.ask) for task in profile.tasks.values() for f in task.fields.values() if f.ask]
     return not any(said in passage for passage in known) and said not in questions
 

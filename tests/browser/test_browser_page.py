@@ -2,8 +2,8 @@
 fake microphone that plays a WAV: speech in, a transcript and reply audio out, and an interruption
 that stops playback.
 
-Chromium loops the fake-microphone file, so the same question is asked again ~8 s later, while the
-bot is still reading its long first reply: that is the barge-in.
+The fake-microphone file asks a question whose answer is long, then ~6 s later, while the bot is
+still reading it, a short question: that is the barge-in, and the short answer plays to the end.
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ import numpy as np
 import pytest
 
 from tests.audio import silence, speech
-from tests.fakes.fake_llm import is_guard
+from tests.fakes.stack_profile import MENU, PARKING, answer
 from voicebot.common.audio import float_to_pcm16, write_wav
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM = os.environ.get("VOICEBOT_CHROMIUM", "/usr/bin/chromium")  # Debian's chromium by default
-QUESTION = "A table for two tomorrow at seven."
-LONG_REPLY = ("Tomorrow at seven works for a table of two. The terrace is heated in the evening, so you can "
-              "sit outside. We also have a quiet room at the back for larger groups. Parking is free after "
-              "six on the street. Shall I book the terrace for you?")
-SHORT_REPLY = "Sure, noted again."
+QUESTION = MENU  # the stack's FAQ: its answer is long (~20 s spoken), so the next question cuts it
+LONG_REPLY = answer(MENU)
+INTERRUPTION = PARKING  # its answer is short: it plays to the end
 
 
 def chromium_args(wav: str) -> list[str]:
@@ -37,8 +35,10 @@ def chromium_args(wav: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def microphone_wav(tmp_path_factory) -> str:
-    # ~8 s, looped by Chromium: the question, then quiet while the bot answers.
-    audio = np.concatenate([silence(300), speech(QUESTION), silence(5500)])
+    # Looped by Chromium: the question whose answer is long, and ~6 s into that answer a short
+    # question that interrupts it, then quiet while its short answer plays to the end.
+    audio = np.concatenate([silence(300), speech(QUESTION), silence(5500), speech(INTERRUPTION),
+                            silence(9000)])
     path = tmp_path_factory.mktemp("mic") / "question.wav"
     write_wav(path, float_to_pcm16(audio), 16000)
     return str(path)
@@ -63,15 +63,6 @@ async def browser(microphone_wav):
 
 
 async def test_speak_hear_the_reply_and_interrupt_it(services, scripted_llm, browser):
-    answered = []
-
-    def script(body):
-        if is_guard(body):
-            return "ALLOW"
-        answered.append(body)
-        return LONG_REPLY if len(answered) == 1 else SHORT_REPLY
-
-    scripted_llm.script = script
     page = await browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -80,12 +71,12 @@ async def test_speak_hear_the_reply_and_interrupt_it(services, scripted_llm, bro
 
     # The spoken question comes back as a transcript; the reply streams as text and audio that plays.
     await page.wait_for_selector("#log .you", timeout=30_000)
-    assert "table" in (await page.inner_text("#log .you")).lower()
+    assert "menu" in (await page.inner_text("#log .you")).lower()
     await page.wait_for_function("window.vb.maxPlayedMs > 1000", timeout=30_000)
-    assert (await page.inner_text("#log .bot")).startswith("bot: Tomorrow at seven works")
+    assert (await page.inner_text("#log .bot")).startswith("bot: " + LONG_REPLY[:30])
     assert await page.evaluate("window.vb.playing()")
 
-    # The looped question talks over the long reply: `interrupt` arrives and playback stops at once.
+    # The next question talks over the long reply: `interrupt` arrives and playback stops at once.
     await page.wait_for_function("window.vb.interrupts > 0", timeout=30_000)
     state = await page.evaluate(
         "({after: window.vb.playingAfterInterrupt, played: window.vb.playedAtInterrupt})")
