@@ -36,6 +36,11 @@ _THANKS = re.compile(r"^(?:(?:ok(?:ay)?|great|perfect|cool),?\s+)?(?:thanks|than
 _NO_MORE = re.compile(r"^(?:no|nope|no thanks|no thank you|not now|i'll call back|no,? i'll call back)\b",
                       re.I)
 MISSES_BEFORE_HANDOFF = 2
+# "Where is the salon?", "How long does a colour take?": asking about the business, not for a task
+# of the caller's own ("When is my appointment?" is one: it says "my").
+_ASKS_ABOUT_THE_BUSINESS = re.compile(
+    r"^(?:where|when|how (?:much|long|far|many)|what time|which|who)\b(?!.*\b(?:my|i|me|we|our|us)\b)",
+    re.I)
 # A question starts a task only this close to the task's examples ("Can I book a table?" ~0.84).
 TASK_QUESTION_ABOVE = 0.62
 
@@ -162,6 +167,8 @@ class Conversation:
         """A question the embeddings put near a task ("Do you have a private dining room?" near
         "Do you have a table for four?") is a question unless it is plainly the task, or nearer to
         the business's knowledge than to the task's examples."""
+        if _ASKS_ABOUT_THE_BUSINESS.search(text.strip()):
+            return True
         return score < TASK_QUESTION_ABOVE or await self.answers.best_score(text) >= score
 
     def _task_by_values(self, state: SessionState, text: str) -> str | None:
