@@ -69,7 +69,7 @@ def names_or_phrase(question: str, passage: str) -> bool:
     return bool(names & set(held) - _STOP)
 
 
-def shares_words(question: str, passage: str) -> bool:
+def shares_words(question: str, passage: str, title: str = "") -> bool:
     """The passage holds two of the question's own content words next to each other ("American
     Express"), a name the question gives ("Medicare", "Korean"), or three of its content words
     anywhere: a lexical match that embeddings of a short question against a longer passage score
@@ -77,7 +77,7 @@ def shares_words(question: str, passage: str) -> bool:
     if names_or_phrase(question, passage):
         return True
     asked, held = content_words(question), content_words(passage)
-    if len(set(asked)) == 1 and set(asked) <= set(held[:3]):  # "What's your address?": its heading
+    if len(set(asked)) == 1 and set(asked) <= set(content_words(title)):  # "What's your address?"
         return True
     return len(set(asked) & set(held)) >= 3
 
@@ -164,7 +164,7 @@ class Answers:
             log.warning("knowledge search failed", extra={"error": repr(exc)})
             return []
         kept = [p for p in found if p.score >= self.min_score
-                or shares_words(text, f"{getattr(p, 'title', '')}. {p.text}")]
+                or shares_words(text, p.text, getattr(p, "title", ""))]
         # A passage that holds a name or a phrase of the question ("Medicare") answers it before a
         # nearer FAQ phrasing of another question ("Do you take walk-ins?").
         return sorted(kept, key=lambda p: not names_or_phrase(text, f"{getattr(p, 'title', '')}. {p.text}"))

@@ -335,3 +335,8 @@ def test_a_profile_whose_knowledge_file_is_not_text_fails_naming_it(tmp_path):
 ])
 def test_a_passage_below_the_line_counts_only_with_the_questions_own_words(question, passage, shares):
     assert shares_words(question, passage) is shares
+
+
+def test_a_one_word_question_matches_a_passages_heading_not_its_first_words():
+    assert shares_words("What's your address?", "Joe's is at 48 Harbor Street.", title="Address")
+    assert not shares_words("Where is the salon?", "The salon accepts cards.", title="Payment")
