@@ -77,7 +77,8 @@ def shares_words(question: str, passage: str, title: str = "") -> bool:
     if names_or_phrase(question, passage):
         return True
     asked, held = content_words(question), content_words(passage)
-    if len(set(asked)) == 1 and set(asked) <= set(content_words(title)):  # "What's your address?"
+    heading = set(content_words(title))
+    if heading and len(heading) <= 3 and set(asked) & heading:  # "Is there parking nearby?": Parking
         return True
     return len(set(asked) & set(held)) >= 3
 
