@@ -36,6 +36,10 @@ _THANKS = re.compile(r"^(?:(?:ok(?:ay)?|great|perfect|cool),?\s+)?(?:thanks|than
 _NO_MORE = re.compile(r"^(?:no|nope|no thanks|no thank you|not now|i'll call back|no,? i'll call back)\b",
                       re.I)
 MISSES_BEFORE_HANDOFF = 2
+# A capitalised word after the first that is not "I": the shape of a name in a transcript.
+_NAME_LIKE = re.compile(
+    r"(?<!^)(?<![.?!]\s)\b(?!I\b|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b|(?:January|February|March|April|"
+    r"May|June|July|August|September|October|November|December)\b)[A-Z][a-z]+")
 # "Where is the salon?", "How long does a colour take?": asking about the business, not for a task
 # of the caller's own ("When is my appointment?" is one: it says "my").
 _ASKS_ABOUT_THE_BUSINESS = re.compile(
@@ -191,8 +195,10 @@ class Conversation:
             return intent is None and words > 2
         form = state.form
         have = {**(form.values if form is not None else {}), **values}
+        # A name is only worth the model's time when the words hold one ("..., Sam Lee, a rash").
+        kinds = ("name", "text", "reference") if _NAME_LIKE.search(text) else ("text", "reference")
         unread = [f for f in self.forms.tasks[target].required()
-                  if f.type in ("name", "text", "reference") and have.get(f.name) in (None, "")]
+                  if f.type in kinds and have.get(f.name) in (None, "")]
         if unread and words > 5:
             return True
         return form is not None and not values and words > 2 and intent not in (QUESTION, OTHER)
