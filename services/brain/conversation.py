@@ -189,6 +189,8 @@ class Conversation:
     def _needs_model(self, state: SessionState, target: str | None, intent: str | None,
                      values: dict[str, Any], text: str) -> bool:
         words = len(text.split())
+        if state.pending is not None and not values and words > 2:
+            return True  # "Could we do eight instead?": a change to the read-back the rules cannot read
         if is_question(text) and not values:
             return False
         if target is None:

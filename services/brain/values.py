@@ -25,7 +25,7 @@ _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "augu
 _ORDINAL_DAY = re.compile(r"\b(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\s+\w+)")
 _WEEKDAY = re.compile(r"\b(" + "|".join(_WEEKDAYS) + r")s?\b")
 _NEXT_WEEKDAY = re.compile(r"\bnext\s+(" + "|".join(_WEEKDAYS) + r")\b")
-_DATE_WORDS = re.compile(r"\b(?:today|tonight|tomorrow|day after tomorrow|" + "|".join(_WEEKDAYS) +
+_DATE_WORDS = re.compile(r"\b(?:today|tonight|tomorrow|day after tomorrow|weekend|" + "|".join(_WEEKDAYS) +
                          "|" + "|".join(_MONTHS) + r"|next week|\d{4}-\d{2}-\d{2}|\d{1,2}(?:st|nd|rd|th))\b")
 _ORDINAL_WORDS = {
     "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
@@ -57,6 +57,8 @@ def parse_date(text: str, today: dt.date) -> dt.date | None:
             return dt.date(int(iso[1]), int(iso[2]), int(iso[3]))
         except ValueError:
             return None
+    if re.search(r"\b(?:the|this|next) weekend\b", words):  # its Saturday
+        return today + dt.timedelta(days=(5 - today.weekday()) % 7)
     if re.search(r"\bday after tomorrow\b", words):
         return today + dt.timedelta(days=2)
     if re.search(r"\b(?:today|tonight)\b", words):

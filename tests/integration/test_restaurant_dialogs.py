@@ -319,3 +319,17 @@ async def test_the_same_request_again_after_a_failed_check_checks_again(restaura
     agent.dispatcher.run = real
     said = await caller.say("Can I book a table for two on Friday at seven pm under NAME?")
     assert said.endswith("Shall I go ahead?")
+
+
+async def test_a_change_only_the_models_reading_understands_is_read_back_anew(restaurant):
+    """"Could we do eight instead?" has no time the rules take: the model reads it, code reads back."""
+    make, booked, llm = restaurant
+    llm.script = lambda body: "ALLOW" if is_guard(body) else json.dumps(
+        {"time": "eight"} if "eight" in body["messages"][-1]["content"] else {"intent": "other"})
+    caller = make()
+    await caller.say("A table for two on Wednesday at seven pm under NAME.")
+    said = await caller.say("Could we do eight instead?")
+    assert "eight p m" in said and said.startswith("To confirm:")
+    await caller.say("Yes.")
+    [booking] = await booked(caller)
+    assert booking["time"] == "20:00"
