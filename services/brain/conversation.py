@@ -36,6 +36,8 @@ _THANKS = re.compile(r"^(?:(?:ok(?:ay)?|great|perfect|cool),?\s+)?(?:thanks|than
 _NO_MORE = re.compile(r"^(?:no|nope|no thanks|no thank you|not now|i'll call back|no,? i'll call back)\b",
                       re.I)
 MISSES_BEFORE_HANDOFF = 2
+# Words that introduce a name ("under lee", said in lower case, which the rules do not read).
+_NAME_LEAD = re.compile(r"\b(?:my name is|name is|under|this is|i'm|i am|it's for|call me)\s+\w", re.I)
 # A capitalised word after the first that is not "I": the shape of a name in a transcript.
 _NAME_LIKE = re.compile(
     r"(?<!^)(?<![.?!]\s)\b(?!I\b|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b|(?:January|February|March|April|"
@@ -197,8 +199,10 @@ class Conversation:
             return intent is None and words > 2
         form = state.form
         have = {**(form.values if form is not None else {}), **values}
-        # A name is only worth the model's time when the words hold one ("..., Sam Lee, a rash").
-        kinds = ("name", "text", "reference") if _NAME_LIKE.search(text) else ("text", "reference")
+        # A name is only worth the model's time when the words hold one ("..., Sam Lee, a rash",
+        # "under lee").
+        named = _NAME_LIKE.search(text) or _NAME_LEAD.search(text)
+        kinds = ("name", "text", "reference") if named else ("text", "reference")
         unread = [f for f in self.forms.tasks[target].required()
                   if f.type in kinds and have.get(f.name) in (None, "")]
         if unread and words > 5:
