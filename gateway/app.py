@@ -14,19 +14,22 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketState
 
 from gateway import serving
+from gateway.admission import Unauthenticated, UserSessions
 from gateway.auth import TokenAuth
 from gateway.call import Call
 from gateway.capacity import Capacity, CpuUse, LoopLag
 from gateway.config import GatewaySettings
 from gateway.fallback import FallbackVoice
+from gateway.metrics import ADMISSION_REFUSALS
 from gateway.origin import OriginPolicy
-from gateway.protocol import error_event
+from gateway.protocol import ProtocolError, error_event
 from gateway.realtime import RealtimeCall
+from gateway.redis_memory import watch_redis_memory
 from gateway.sessions import SessionRegistry
-from gateway.twilio import TwilioCall, twilio_enabled
+from gateway.twilio import BAD_INPUT_LOGS, TwilioCall, read_start, secret_ok, twilio_enabled
 from gateway.upstreams import Upstreams
 from gateway.ws_direct import DirectFramesProtocol
 from voicebot.common import gc_tuning
@@ -40,6 +43,7 @@ log = logging.getLogger("gateway")
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN_ORIGIN = 4403
 CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455 registry: the server is overloaded
+CLOSE_POLICY = 1008  # RFC 6455: the endpoint's policy (here: the user's session cap)
 
 
 def create_app(settings: GatewaySettings) -> Starlette:
@@ -48,21 +52,31 @@ def create_app(settings: GatewaySettings) -> Starlette:
     lag, cpu = LoopLag(), CpuUse()
     capacity = Capacity(settings.max_sessions, settings.max_loop_lag_ms, lag,
                         max_cores=settings.max_cpu_cores, cpu=cpu)
+    # Phone calls all run as one user: they have their own cap (0: the gateway's only).
+    users = UserSessions(settings.max_sessions_per_user,
+                         {settings.twilio_user_id: settings.twilio_max_calls} if twilio_enabled(settings)
+                         else None)
+    unauthenticated = Unauthenticated(settings.max_unauthenticated)
+    BAD_INPUT_LOGS.configure(settings.bad_message_logs_per_s)
     state: dict = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         state["upstreams"] = Upstreams(settings.stt_addr, settings.brain_addr, settings.tts_addr,
                                        settings.grpc_client_interceptors)
-        state["redis"] = connect_redis(settings.redis_url)
+        state["redis"] = connect_redis(settings.redis_url.get_secret_value())
         state["sessions"] = SessionRegistry(state["redis"], settings.session_ttl_s)
         state["fallback"] = FallbackVoice(state["upstreams"].tts, settings.output_sample_rate)
         state["fallback"].warm("en")  # in the background: TTS may come up after the gateway
         lag_task = asyncio.create_task(lag.run())
         # Sampled only when there is a limit to check it against.
         cpu_task = asyncio.create_task(cpu.run(lambda: capacity.active)) if settings.max_cpu_cores else None
+        memory_task = asyncio.create_task(watch_redis_memory(state["redis"], settings.redis_memory_poll_s)) \
+            if settings.redis_memory_poll_s > 0 else None
         yield
         lag_task.cancel()
+        if memory_task is not None:
+            memory_task.cancel()
         if cpu_task is not None:
             cpu_task.cancel()
         await state["fallback"].close()
@@ -72,7 +86,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     async def refuse(ws: WebSocket, code: int, reason: str, error: tuple[str, str] | None = None) -> None:
         # Accept first so the client sees the close code (and the error), not a bare HTTP 403.
-        await ws.accept()
+        if ws.application_state == WebSocketState.CONNECTING:
+            await ws.accept()
         if error is not None:
             await ws.send_text(error_event(*error))
         await ws.close(code=code, reason=reason)
@@ -84,32 +99,70 @@ def create_app(settings: GatewaySettings) -> Starlette:
         await serve(ws, RealtimeCall, auth.authenticate(ws))
 
     async def twilio_endpoint(ws: WebSocket) -> None:
-        # Twilio sends no headers of ours: the deployment's secret comes in the URL (checked here)
-        # or as the stream's custom parameter (checked by TwilioCall at `start`).
-        await serve(ws, TwilioCall, settings.twilio_user_id if twilio_enabled(settings) else None)
+        """Twilio sends no headers of ours: the secret comes in the URL (checked before anything
+        else) or as the `start` message's custom parameter, which must come within the deadline;
+        until then the socket holds no session slot, and only so many may wait."""
+        if not origins.allows(ws.headers.get("origin"), ws.headers.get("host")):
+            await refuse(ws, CLOSE_FORBIDDEN_ORIGIN, "origin not allowed")
+            return
+        user = settings.twilio_user_id if twilio_enabled(settings) else None
+        in_url = ws.query_params.get("secret")
+        if user is None or in_url is not None:
+            await serve(ws, TwilioCall, user if secret_ok(in_url, settings) else None)
+            return
+        if not unauthenticated.enter():
+            await refuse(ws, CLOSE_TRY_AGAIN_LATER, "too many unauthenticated sockets")
+            return
+        try:
+            await ws.accept()
+            start = await read_start(ws, settings)
+        finally:
+            unauthenticated.leave()
+        if start is None:
+            await refuse(ws, CLOSE_UNAUTHORIZED, "unauthorized")
+            return
+        await serve(ws, TwilioCall, user, opening=(start,))
 
-    async def serve(ws: WebSocket, kind: type[Call], user_id: str | None) -> None:
+    async def serve(ws: WebSocket, kind: type[Call], user_id: str | None,
+                    opening: tuple[str, ...] = ()) -> None:
         if not origins.allows(ws.headers.get("origin"), ws.headers.get("host")):
             await refuse(ws, CLOSE_FORBIDDEN_ORIGIN, "origin not allowed")
             return
         if user_id is None:
+            ADMISSION_REFUSALS.labels("unauthorized").inc()
             await refuse(ws, CLOSE_UNAUTHORIZED, "unauthorized")
             return
-        if not capacity.open():
-            # A clear refusal beyond capacity, not a slower call for everyone already here.
-            await refuse(ws, CLOSE_TRY_AGAIN_LATER, "at capacity",
-                         ("overloaded", "this gateway is at capacity; try again shortly"))
+        # The user's own cap first: one caller at it must not take the gateway's last slots.
+        if not users.open(user_id):
+            await refuse(ws, CLOSE_POLICY, "too many sessions for this user",
+                         ("too_many_sessions", "this user holds as many sessions as it may; end one first"))
             return
         try:
-            await ws.accept()
+            if not capacity.open():
+                # A clear refusal beyond capacity, not a slower call for everyone already here.
+                await refuse(ws, CLOSE_TRY_AGAIN_LATER, "at capacity",
+                             ("overloaded", "this gateway is at capacity; try again shortly"))
+                return
+            try:
+                await run_call(ws, kind, user_id, opening)
+            finally:
+                capacity.close()
+        finally:
+            users.close(user_id)
+
+    async def run_call(ws: WebSocket, kind: type[Call], user_id: str, opening: tuple[str, ...]) -> None:
+        try:
+            if ws.application_state == WebSocketState.CONNECTING:
+                await ws.accept()
             await kind(ws, user_id, settings, state["upstreams"], state["sessions"],
-                       fallback=state["fallback"], capacity=capacity).run()
+                       fallback=state["fallback"], capacity=capacity).run(opening)
+        except ProtocolError as exc:  # a session the protocol starts itself could not be opened
+            with contextlib.suppress(Exception):
+                await ws.close(code=CLOSE_TRY_AGAIN_LATER, reason=exc.message[:100])
         except Exception:
             log.exception("call failed")
             with contextlib.suppress(Exception):
                 await ws.close(code=1011, reason="internal error")
-        finally:
-            capacity.close()
 
     async def index(_request: Request) -> HTMLResponse:
         return HTMLResponse(files("gateway").joinpath("static/index.html").read_text())
@@ -151,6 +204,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
 def main() -> None:
     settings = GatewaySettings()
     setup_logging("gateway", settings.log_level, settings.log_json)
+    # uvicorn writes two lines per connection at INFO: anyone could fill the logs by connecting
+    # (admission refusals are counted in metrics instead); its warnings and errors stay.
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     setup_tracing("gateway")
     if not settings.token_map():
         raise SystemExit("GATEWAY_TOKENS is empty: set at least one TOKEN=USER_ID pair")

@@ -19,15 +19,17 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from opentelemetry import trace
+from redis.exceptions import RedisError
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import ws_direct
+from gateway.admission import TokenBucket
 from gateway.bargein import Action, BargeInDetector, Decision, Pending, Rules, has_words
 from gateway.capacity import Capacity
 from gateway.config import GatewaySettings
@@ -38,7 +40,9 @@ from gateway.metrics import (
     BARGE_INS,
     CLIENT_ERRORS,
     FALLBACKS,
+    IDLE_CLOSED,
     TURNS,
+    TURNS_RATE_LIMITED,
 )
 from gateway.playout import Playout
 from gateway.preemptive import EarlyReply
@@ -60,11 +64,13 @@ from gateway.stt_link import SttLink
 from gateway.turn import TurnFailed, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from gateway.upstreams import Upstreams
 from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
+from voicebot.common.metrics import REDIS_ERRORS
 from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
 from voicebot.v1 import brain_pb2, stt_pb2
 
 log = logging.getLogger("gateway.call")
 TRACER = tracer("voicebot.gateway")
+CLOSE_IDLE = 4408  # like HTTP 408: nothing came from the client for GATEWAY_IDLE_TIMEOUT_S
 
 
 @dataclass
@@ -193,6 +199,10 @@ class Call:
         self.output_rate = settings.output_sample_rate
         # Turns recently played, by id: a late report of what was heard still reaches them.
         self._recent: dict[str, ActiveTurn] = {}
+        self._typed_turns = TokenBucket(settings.turn_rate_per_s, settings.turn_burst)
+        # When the client last sent anything (perf_counter), for GATEWAY_IDLE_TIMEOUT_S.
+        self._input_at = time.perf_counter()
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     # ---- the wire (protocol v1; overridden by other protocols) ---------
     def wire_event(self, kind: str, fields: dict[str, Any]) -> list[str]:
@@ -251,16 +261,23 @@ class Call:
         return True
 
     # ---- receiving -----------------------------------------------------
-    async def run(self) -> None:
+    async def run(self, opening: Sequence[str] = ()) -> None:
+        """Serve the socket until it closes; ``opening``: text messages already read from it
+        (a Twilio stream's ``start``, read before the call was admitted)."""
         # Audio frames handled where they arrive, when the protocol can (gateway/ws_direct.py);
         # a wire protocol with its own audio handling keeps every message on the awaited path.
         direct = self.settings.ws_direct_frames and type(self)._on_audio is Call._on_audio
         ws_direct.register(self.ws.scope, self._audio_now if direct else None)
         if self.settings.ws_send_together:
             self._send_together = ws_direct.send_together(self.ws.scope)
+        self._arm_idle(self.settings.idle_timeout_s)
         try:
+            for text in opening:
+                if not await self._on_text(text):
+                    return
             while True:
                 message = await self.ws.receive()
+                self._input_at = time.perf_counter()
                 if message["type"] == "websocket.disconnect":
                     return
                 if message.get("bytes") is not None:
@@ -272,6 +289,43 @@ class Call:
             ws_direct.register(self.ws.scope, None)  # the protocol no longer holds the call
             self._send_together = None  # nor the call the protocol
             await self.close()
+
+    # ---- limits --------------------------------------------------------
+    async def typed_turn_allowed(self) -> bool:
+        """A typed turn within the session's budget (GATEWAY_TURN_RATE_PER_S, _TURN_BURST); over
+        it the client is told (``rate_limited``) and the turn is dropped, so a flood of them
+        cannot keep the brain and the LLM from the other sessions."""
+        if self._typed_turns.take():
+            return True
+        TURNS_RATE_LIMITED.inc()
+        # Call's own send_error: the refusal is not a failure of the turn in flight.
+        await Call.send_error(self, "rate_limited", "turns come faster than this session may start them; "
+                                                    "this one was dropped")
+        return False
+
+    def _arm_idle(self, delay_s: float) -> None:
+        if self.settings.idle_timeout_s > 0:
+            self._idle_timer = asyncio.get_running_loop().call_later(delay_s, self._idle_check)
+
+    def _idle_check(self) -> None:
+        """A timer, not a task per call: it fires once per timeout and re-arms for the rest."""
+        now = time.perf_counter()
+        turn = self.turn
+        if turn is not None and turn.audible(now):
+            self._input_at = now  # a reply being made or heard is not an idle line
+        idle_s = now - self._input_at
+        if idle_s < self.settings.idle_timeout_s:
+            self._arm_idle(self.settings.idle_timeout_s - idle_s)
+            return
+        self._idle_timer = None
+        IDLE_CLOSED.inc()
+        asyncio.get_running_loop().create_task(self._close_idle())
+
+    async def _close_idle(self) -> None:
+        await self.send_error("idle_timeout", f"nothing came for {self.settings.idle_timeout_s:g} s; "
+                                              "the session is closed (resume it with its id)")
+        with contextlib.suppress(Exception):
+            await self.ws.close(code=CLOSE_IDLE, reason="idle")
 
     async def _on_text(self, raw: str) -> bool:
         """Handle one text frame; False ends the call."""
@@ -285,8 +339,9 @@ class Call:
             elif self.session is None:
                 raise ProtocolError("bad_request", "send session.start first")
             elif isinstance(message, InputText):
-                self._unanswered = None
-                self._start_turn(message.text, TurnTimings())
+                if await self.typed_turn_allowed():
+                    self._unanswered = None
+                    self._start_turn(message.text, TurnTimings())
             elif isinstance(message, PlaybackPosition):
                 if self.turn and self.turn.turn_id == message.turn_id:
                     self.played(self.turn, message.played_ms)
@@ -320,12 +375,7 @@ class Call:
     async def _start_session(self, start: SessionStart) -> None:
         if self.session is not None:
             raise ProtocolError("bad_request", "session already started")
-        if start.session_id is None:
-            session_id = await self.sessions.create(self.user_id)
-        else:
-            session_id = await self.sessions.resume(self.user_id, start.session_id)
-            if session_id is None:
-                raise ProtocolError("not_found", "no such session")
+        session_id = await self._open_session(start.session_id)
         self.session, self.session_id = start, session_id
         if self.fallback is not None:
             self.fallback.warm(start.language)
@@ -333,6 +383,25 @@ class Call:
             "session.started", session_id=session_id,
             audio={"encoding": "pcm16", "sample_rate": self.output_rate},
         )
+
+    async def _open_session(self, session_id: str | None) -> str:
+        """A new session's id, or the resumed one's. The store full (Redis at maxmemory refuses
+        writes rather than evict live sessions) or down: a clear error, never a silent loss."""
+        try:
+            if session_id is None:
+                return await self.sessions.create(self.user_id)
+            resumed = await self.sessions.resume(self.user_id, session_id)
+        except RedisError as exc:
+            REDIS_ERRORS.labels("gateway").inc()
+            full = str(exc).startswith("OOM")
+            log.error("session store refused the session", extra={"error": repr(exc)[:200], "full": full})
+            if full:
+                raise ProtocolError("overloaded", "the session store is full; try again later") from None
+            raise ProtocolError("upstream_unavailable", "the session store is unavailable; "
+                                                        "try again shortly") from None
+        if resumed is None:
+            raise ProtocolError("not_found", "no such session")
+        return resumed
 
     def _audio_now(self, data: bytes) -> bool:
         """The common audio frame, handled without awaiting: queued for STT. False (nothing
@@ -343,7 +412,7 @@ class Call:
         stt = self._stt
         if stt is not None and stt.would_drop():
             return False
-        now = time.perf_counter()
+        now = self._input_at = time.perf_counter()
         (stt or self._open_stt()).send(data, now)
         return True
 
@@ -355,7 +424,7 @@ class Call:
             await self.send_error("payload_too_large",
                                   f"audio frame over {self.settings.max_audio_frame_bytes} bytes")
             return
-        now = time.perf_counter()
+        now = self._input_at = time.perf_counter()
         stt = self._stt or self._open_stt()
         if not stt.send(data, now) and now - self._rate_limited_at >= 1.0:
             self._rate_limited_at = now  # said at most once a second, not once per dropped frame
@@ -791,6 +860,9 @@ class Call:
             await self.send_event("interrupt", turn_id=turn.turn_id)
 
     async def close(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         await self._prefiller.close()
         if self._early is not None:
             self._early.discard()

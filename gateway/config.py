@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -12,12 +13,14 @@ class GatewaySettings(BaseSettings):
     port: int = 8080
     log_level: str = "INFO"
     log_json: bool = True
-    # Comma-separated TOKEN=USER_ID pairs. The user id comes only from here.
-    tokens: str = ""
+    # Comma-separated TOKEN=USER_ID pairs. The user id comes only from here. A secret type: its
+    # repr (and so any log of the settings) shows stars.
+    tokens: SecretStr = SecretStr("")
     stt_addr: str = "127.0.0.1:50051"
     brain_addr: str = "127.0.0.1:50052"
     tts_addr: str = "127.0.0.1:50053"
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    # May carry the Redis password (redis://:PASSWORD@host:6379/0).
+    redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
     session_ttl_s: int = 24 * 3600
     # Largest binary audio frame (bytes) and text message (characters) accepted.
     max_audio_frame_bytes: int = 32_000
@@ -146,13 +149,38 @@ class GatewaySettings(BaseSettings):
 
     # /v1/twilio: the per-deployment secret a Twilio stream must carry (?secret= in its URL or the
     # `secret` custom parameter; Twilio cannot send headers). Empty: the endpoint refuses every call.
-    twilio_secret: str = ""
+    twilio_secret: SecretStr = SecretStr("")
     # The user id phone calls run as (history and sessions are per user; caller ID can be spoofed).
     twilio_user_id: str = "phone"
+    # A Twilio stream without the secret in its URL must send `start` (with the secret as its
+    # custom parameter) within this long, or it is closed with 4401. Until then it holds no
+    # session slot; at most max_unauthenticated such sockets wait at once (more: close 1013).
+    twilio_start_timeout_s: float = 5.0
+    max_unauthenticated: int = 64
+    # Concurrent phone calls (the Twilio user's sessions); 0 = only the gateway's cap.
+    twilio_max_calls: int = 0
+
+    # ---- admission and limits (gateway/admission.py) ----
+    # Sessions one user (one token's user id) may hold at once on this process; 0 = no cap.
+    max_sessions_per_user: int = 10
+    # Typed turns (input.text, the Realtime API's response.create) a session may start: a bucket
+    # of turn_burst, refilled at turn_rate_per_s. Over it: error rate_limited, the turn dropped.
+    # Speech turns are paced by the speech itself (and STT's decoding) and are not counted.
+    turn_rate_per_s: float = 1.0
+    turn_burst: int = 5
+    # A session from which nothing arrived (no message, no audio frame) for this long while no
+    # reply plays is closed (error idle_timeout, close 4408). 0 = never.
+    idle_timeout_s: float = 120.0
+    # Warnings about bad client input (Twilio's, which has no error message) logged per second
+    # across the process; the rest are counted (voicebot_gateway_log_lines_dropped_total) only.
+    bad_message_logs_per_s: float = 5.0
+    # How often the gateway reads Redis's memory use for its metrics (alert VoicebotRedisMemoryHigh);
+    # 0 = never.
+    redis_memory_poll_s: float = 15.0
 
     def token_map(self) -> dict[str, str]:
         pairs = {}
-        for item in self.tokens.split(","):
+        for item in self.tokens.get_secret_value().split(","):
             token, _, user = item.strip().partition("=")
             if token and user:
                 pairs[token] = user

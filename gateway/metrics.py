@@ -41,3 +41,25 @@ STT_FRAMES = Counter("voicebot_gateway_audio_frames_total", "Audio frames receiv
 LOOP_LAG = Histogram("voicebot_gateway_loop_lag_seconds",
                      "How late the gateway's event loop woke a 50 ms timer (every callback's queueing delay)",
                      buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0))
+# Admission and limits (gateway/admission.py): what each limit refused.
+ADMISSION_REFUSALS = Counter(
+    "voicebot_gateway_admission_refusals_total",
+    "Sockets refused before they held a session, by reason (unauthorized: bad or missing token or "
+    "secret; auth_timeout: a Twilio stream sent no start within GATEWAY_TWILIO_START_TIMEOUT_S; "
+    "unauthenticated_full: GATEWAY_MAX_UNAUTHENTICATED sockets were already waiting; user_sessions: "
+    "the user holds GATEWAY_MAX_SESSIONS_PER_USER; twilio_calls: GATEWAY_TWILIO_MAX_CALLS)", ["reason"])
+UNAUTHENTICATED = Gauge("voicebot_gateway_unauthenticated_sockets",
+                        "Twilio sockets waiting for their start message (they hold no session slot)")
+TURNS_RATE_LIMITED = Counter("voicebot_gateway_turns_rate_limited_total",
+                             "Typed turns refused with rate_limited (GATEWAY_TURN_RATE_PER_S, _TURN_BURST)")
+IDLE_CLOSED = Counter("voicebot_gateway_idle_sessions_closed_total",
+                      "Sessions closed after GATEWAY_IDLE_TIMEOUT_S with nothing from the client")
+LOG_LINES_DROPPED = Counter("voicebot_gateway_log_lines_dropped_total",
+                            "Warnings about bad client input not logged (GATEWAY_BAD_MESSAGE_LOGS_PER_S); "
+                            "each is still counted in voicebot_gateway_client_errors_total")
+# Redis's own memory figures, read by the gateway (alerts VoicebotRedisMemoryHigh/Full): at
+# maxmemory Redis refuses writes (noeviction) instead of evicting live sessions.
+REDIS_USED_MEMORY = Gauge("voicebot_redis_used_memory_bytes", "Redis used_memory, as last read")
+REDIS_MAXMEMORY = Gauge("voicebot_redis_maxmemory_bytes", "Redis maxmemory (0: no limit)")
+REDIS_REJECTED_WRITES = Gauge("voicebot_redis_oom_rejections",
+                              "Commands Redis refused at maxmemory since it started (errorstat_OOM)")

@@ -17,6 +17,7 @@ import binascii
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,9 +91,9 @@ class RealtimeCall(Call):
         self._last_item: str | None = None
 
     # ---- receiving -----------------------------------------------------
-    async def run(self) -> None:
+    async def run(self, opening: Sequence[str] = ()) -> None:
         await self._start_session(SessionStart(None, self.language, rate_of(self.input_format)))
-        await super().run()
+        await super().run(opening)
 
     async def _on_text(self, raw: str) -> bool:
         event_id = None
@@ -206,6 +207,8 @@ class RealtimeCall(Call):
         if self._typed is None:
             # With server VAD every utterance starts its own response already.
             raise RealtimeError("no new user input to respond to", "no_input")
+        if not await self.typed_turn_allowed():
+            return  # the typed message stays: a later response.create may run it
         text, self._typed = self._typed, None
         self._unanswered = None
         self._start_turn(text, TurnTimings())

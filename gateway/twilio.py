@@ -7,13 +7,16 @@ mark once the caller has heard the audio before it, so marks are the client's pl
 (what was heard, for the record the brain gets). A barge-in sends ``clear`` (Twilio drops what it
 buffered and returns the remaining marks at once: those are ignored, they were never heard).
 
-Twilio cannot send our headers, so the deployment's secret (GATEWAY_TWILIO_SECRET) comes in the
-stream URL (``?secret=``) or as the ``secret`` custom parameter. Twilio has no error message;
-bad input is logged and counted (voicebot_gateway_client_errors_total) and the call goes on.
+Twilio cannot send our headers, so the deployment's secret (GATEWAY_TWILIO_SECRET) comes as the
+``secret`` custom parameter of ``start`` (or in the stream URL, ``?secret=``, which access logs
+keep). A socket without it in the URL holds no session slot until its ``start`` proved it
+(``read_start``, within GATEWAY_TWILIO_START_TIMEOUT_S). Twilio has no error message; bad input
+is counted (voicebot_gateway_client_errors_total) and logged within a budget, and the call goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
@@ -21,10 +24,13 @@ import json
 import logging
 from typing import Any
 
+from starlette.websockets import WebSocket
+
+from gateway.admission import LogBudget
 from gateway.call import Call
 from gateway.config import GatewaySettings
 from gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
-from gateway.metrics import CLIENT_ERRORS
+from gateway.metrics import ADMISSION_REFUSALS, CLIENT_ERRORS
 from gateway.protocol import SessionStart
 
 log = logging.getLogger("gateway.twilio")
@@ -32,14 +38,58 @@ RATE = 8000
 CLOSE_UNAUTHORIZED = 4401
 
 
+# Before its secret, a stream may send `connected` (Twilio's first message), then `start`.
+MESSAGES_BEFORE_START = 2
+# Warnings about bad input, across the process (GATEWAY_BAD_MESSAGE_LOGS_PER_S): set by the app.
+BAD_INPUT_LOGS = LogBudget(GatewaySettings.model_fields["bad_message_logs_per_s"].default)
+
+
 def secret_ok(given: str | None, settings: GatewaySettings) -> bool:
-    return bool(settings.twilio_secret and given) and hmac.compare_digest(
-        str(given).encode(), settings.twilio_secret.encode())
+    secret = settings.twilio_secret.get_secret_value()
+    return bool(secret and given) and hmac.compare_digest(str(given).encode(), secret.encode())
 
 
 def twilio_enabled(settings: GatewaySettings) -> bool:
     """The endpoint is on once a secret is configured; the secret itself is checked at `start`."""
-    return bool(settings.twilio_secret)
+    return bool(settings.twilio_secret.get_secret_value())
+
+
+def start_secret(raw: str) -> tuple[str | None, str | None]:
+    """(the event's name, the `secret` custom parameter of a `start`) of one raw message."""
+    try:
+        message = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError):
+        return None, None
+    if not isinstance(message, dict):
+        return None, None
+    start = message.get("start") if isinstance(message.get("start"), dict) else {}
+    params = start.get("customParameters") if isinstance(start.get("customParameters"), dict) else {}
+    secret = params.get("secret")
+    return message.get("event"), secret if isinstance(secret, str) else None
+
+
+async def read_start(ws: WebSocket, settings: GatewaySettings) -> str | None:
+    """The stream's `start` message, if it carries the secret and comes within
+    GATEWAY_TWILIO_START_TIMEOUT_S; None (the refusal counted) otherwise."""
+    reason = "unauthorized"
+    try:
+        async with asyncio.timeout(settings.twilio_start_timeout_s):
+            for _ in range(MESSAGES_BEFORE_START):
+                message = await ws.receive()
+                raw = message.get("text")
+                if message["type"] == "websocket.disconnect" or raw is None:
+                    break
+                kind, secret = start_secret(raw)
+                if kind == "start":
+                    if secret_ok(secret, settings):
+                        return raw
+                    break
+                if kind != "connected":
+                    break
+    except TimeoutError:
+        reason = "auth_timeout"
+    ADMISSION_REFUSALS.labels(reason).inc()
+    return None
 
 
 class TwilioCall(Call):
@@ -75,9 +125,11 @@ class TwilioCall(Call):
         return True
 
     def _bad(self, why: str) -> bool:
-        """Twilio has no message for bad input: it is logged and counted, and the call goes on."""
+        """Twilio has no message for bad input: it is counted (and logged, within the process's
+        budget: a flood of it must not flood the logs), and the call goes on."""
         CLIENT_ERRORS.labels("bad_request").inc()
-        log.warning("bad twilio message", extra={"detail": why, "stream_sid": self.stream_sid})
+        if BAD_INPUT_LOGS.allow():
+            log.warning("bad twilio message", extra={"detail": why[:200], "stream_sid": self.stream_sid})
         return True
 
     async def _on_start(self, message: dict[str, Any]) -> bool:
@@ -98,6 +150,8 @@ class TwilioCall(Call):
         language = self.context.get("language", "en")
         language = language if 2 <= len(language) <= 8 else "en"
         await self._start_session(SessionStart(None, language, RATE))
+        # The custom parameters are the caller's data: redacted by the log formatter unless an
+        # operator turns VOICEBOT_LOG_CONTENT on.
         log.info("twilio call started", extra={"stream_sid": self.stream_sid, "call_sid": self.call_sid,
                                                "session_id": self.session_id,
                                                "context": self.context})

@@ -39,6 +39,12 @@ from voicebot.common.internal_auth import TOKEN_ENV
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Live sessions and pending actions all carry a TTL: a volatile-* policy would evict them first
+# under memory pressure. With noeviction a full Redis refuses writes, loudly (docker-compose.yml
+# and k8s/base/redis.yaml run the same; a test keeps them equal).
+REDIS_EVICTION_POLICY = "noeviction"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -175,15 +181,18 @@ class Stack:
         return found["ports"]
 
     def start_redis(self, port: int, password: str | None = None, data_dir: Path | None = None,
-                    name: str = "redis") -> Proc:
+                    name: str = "redis", maxmemory: str = "0") -> Proc:
         """redis-server on 127.0.0.1. ``data_dir``: keep an append-only file there (fsync every
         second, replayed on restart); without it nothing is persisted. ``password``: required
-        of every client (written to a 0600 config file, not to the command line)."""
+        of every client (written to a 0600 config file, not to the command line).
+        ``maxmemory`` (``0``: none): beyond it writes fail; nothing is ever evicted
+        (``REDIS_EVICTION_POLICY``, as compose and Kubernetes run it)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise StartupError("redis-server is not installed")
         argv = [binary, str(self._redis_config(name, password)), "--port", str(port),
-                "--bind", "127.0.0.1", "--save", ""]
+                "--bind", "127.0.0.1", "--save", "", "--maxmemory", maxmemory,
+                "--maxmemory-policy", REDIS_EVICTION_POLICY]
         if data_dir is not None:
             data_dir.mkdir(parents=True, exist_ok=True)
             argv += ["--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(data_dir)]

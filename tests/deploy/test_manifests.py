@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.deploy.support import K8S, NAMESPACE, ROOT, container_ports, find_tool, run
+from voicebot.devstack import REDIS_EVICTION_POLICY
 
 SERVICES = ("gateway", "stt", "brain", "tts", "llm")
 K8S_VERSIONS = ("1.31.0", "1.37.0")  # the oldest we support and the newest the validator ships
@@ -301,8 +302,11 @@ def test_redis_is_durable_and_requires_its_password(rendered):
         assert env["REDISCLI_AUTH"] == env["VOICEBOT_REDIS_PASSWORD"]  # the probe authenticates
         script = redis["args"][-1]
         assert script.startswith('test -n "$VOICEBOT_REDIS_PASSWORD" || {')  # no password: no start
+        # noeviction, as make run's (voicebot/devstack.py): a full Redis refuses writes; it never
+        # evicts a live session (every key has a TTL).
+        assert REDIS_EVICTION_POLICY == "noeviction"
         for part in ('--requirepass "$VOICEBOT_REDIS_PASSWORD"', "--appendonly yes", "--appendfsync everysec",
-                     "--dir /data"):
+                     "--dir /data", f"--maxmemory-policy {REDIS_EVICTION_POLICY}"):
             assert part in script, f"{name}: {part}"
         sts = r.get("StatefulSet", "redis")
         assert {m["mountPath"]: m["name"] for m in redis["volumeMounts"]}["/data"] == "data"

@@ -265,8 +265,14 @@ async def test_twilio_bad_input_is_counted_and_the_call_goes_on(services, script
     assert after - before >= 3
 
 
-async def test_twilio_without_the_secret_is_refused(services):
-    async with phone_call(services, url_secret="wrong") as phone:
+@pytest.mark.parametrize("url_secret, param_secret", [("wrong", TWILIO_SECRET), (None, "wrong")])
+async def test_twilio_without_the_secret_is_refused(services, url_secret, param_secret):
+    # A wrong secret in the URL is refused before the socket takes anything (its `start` may not
+    # even be sent); one in the custom parameter at its `start`.
+    query = f"?secret={url_secret}" if url_secret else ""
+    async with websockets.connect(f"ws://127.0.0.1:{services.gateway_port}/v1/twilio{query}") as ws:
         with contextlib.suppress(websockets.ConnectionClosed):
-            await asyncio.wait_for(phone.receiver, 10)
-        assert phone.ws.close_code == 4401
+            await ws.send(json.dumps({"event": "start", "streamSid": "MZ0", "start": {
+                "streamSid": "MZ0", "customParameters": {"secret": param_secret}}}))
+            await asyncio.wait_for(ws.recv(), 10)
+        assert ws.close_code == 4401

@@ -43,6 +43,10 @@ class SharedSettings(BaseSettings):
     internal_token: SecretStr = SecretStr("")
     internal_auth: bool = True
     redis_password: SecretStr = SecretStr("")
+    # What people said (transcripts, typed text, replies) and a phone call's custom parameters
+    # appear in log lines only with this on, for an operator debugging a call; off, the log
+    # formatter redacts those fields (voicebot.common.logs.CONTENT_FIELDS) at every level.
+    log_content: bool = False
     # The garbage collector's thresholds once a service has started (voicebot.common.gc_tuning):
     # three integers, or "python" for Python's own (and nothing frozen).
     gc: str = "5000,20,100"
