@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-load bench-dialog bench-knowledge bench-guard bench-v2v clean
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh scripts/build-llama-server.sh
 	bash scripts/bootstrap.sh
@@ -62,6 +62,11 @@ bench-bargein: setup
 ## Gateway capacity and added latency: the real gateway and brain, instant fake STT/TTS, a scripted LLM.
 bench-gateway: setup
 	$(PY) -m gateway.bench_gateway $(ARGS)
+
+## Admitted callers' turn latency, quiet and while 200 sockets without credentials hold /v1/twilio
+## and one session floods 50 typed turns a second (own stack; ARGS="--gateway ws://..." for a running one).
+bench-abuse: setup
+	$(PY) -m gateway.bench_abuse $(ARGS)
 
 ## N concurrent real-time callers (open microphones, a few speaking) through the real STT and TTS
 ## (scripted LLM): dropped sessions, errors by code, turn latency percentiles per N, the capacity.

@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 from opentelemetry import trace
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import ws_direct
@@ -393,7 +393,7 @@ class Call:
             resumed = await self.sessions.resume(self.user_id, session_id)
         except RedisError as exc:
             REDIS_ERRORS.labels("gateway").inc()
-            full = str(exc).startswith("OOM")
+            full = isinstance(exc, OutOfMemoryError)
             log.error("session store refused the session", extra={"error": repr(exc)[:200], "full": full})
             if full:
                 raise ProtocolError("overloaded", "the session store is full; try again later") from None
