@@ -396,6 +396,8 @@ def start_gateway(stack: Stack, env: dict[str, str], upstream: dict[str, int], r
     return stack.start_service(f"gateway-{name}", "gateway.app", {
         "GATEWAY_PORT": "0", "GATEWAY_TOKENS": f"{TOKEN}=bench", "GATEWAY_REDIS_URL": redis_url,
         "GATEWAY_LOG_LEVEL": "WARNING",
+        # One token plays every caller: the per-user cap would refuse all but the first few.
+        "GATEWAY_MAX_SESSIONS_PER_USER": "0",
         "GATEWAY_STT_ADDR": f"127.0.0.1:{upstream['stt']}",
         "GATEWAY_TTS_ADDR": f"127.0.0.1:{upstream['tts']}",
         "GATEWAY_BRAIN_ADDR": f"127.0.0.1:{upstream['brain']}", **env,

@@ -275,7 +275,9 @@ async def main_async(args) -> dict:
             stack, redis_url=redis_url_for(redis_port), llm_base_url=f"http://127.0.0.1:{llm.ready['http']}/v1",
             tokens=f"{TOKEN}=load", stt=stt, tts=tts,
             brain_env={"BRAIN_PROFILE": "", "BRAIN_LOG_LEVEL": "WARNING"},
-            env={"GATEWAY_MAX_SESSIONS": str(args.max_sessions), "GATEWAY_LOG_LEVEL": "WARNING"})
+            # One token plays every caller: no per-user cap (GATEWAY_MAX_SESSIONS_PER_USER).
+            env={"GATEWAY_MAX_SESSIONS": str(args.max_sessions), "GATEWAY_LOG_LEVEL": "WARNING",
+                 "GATEWAY_MAX_SESSIONS_PER_USER": "0"})
         url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
         http_url = f"http://127.0.0.1:{gateway.ready['http']}"
         for count in args.sessions:
