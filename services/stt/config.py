@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.stt.turn_model import SMART_TURN_LANGUAGES, SMART_TURN_SHA256
 from voicebot.common.config import ServiceSettings
 
 
@@ -60,7 +61,42 @@ class SttSettings(ServiceSettings):
     # A pause this long starts a speculative decode of the utterance so far;
     # when the pause becomes the endpoint, that decode is the final.
     speculative_silence_ms: int = 64
+    # End of turn: "smart-turn" scores the utterance at each pause of turn_pause_ms with Smart
+    # Turn v3 (services/stt/turn_model.py) and ends it at once when the model says finished,
+    # else after turn_max_silence_ms; "text" judges the pause's words alone (turn_text.py);
+    # "off" (and any language not in turn_languages) keeps the fixed min_silence_ms. The limit
+    # must outlast a thinking pause inside a sentence.
+    turn_model: str = "smart-turn"
+    # Also hold the turn while the decode made at the pause reads as unfinished ("my name is...").
+    turn_text: bool = True
+    turn_model_path: str = ""  # empty: the ONNX file inside the pipecat-ai package
+    turn_model_sha256: str = SMART_TURN_SHA256  # empty: not checked (a model of your own)
+    # false: a missing or corrupt model logs a warning and every stream uses the timer.
+    turn_model_required: bool = True
+    turn_pause_ms: int = 160
+    turn_max_silence_ms: int = 1200
+    turn_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    # Per-language thresholds over turn_threshold, JSON: {"de": 0.6}.
+    turn_thresholds: dict[str, float] = Field(default_factory=dict)
+    turn_languages: str = ",".join(SMART_TURN_LANGUAGES)
+    # An utterance with less speech than this keeps min_silence_ms as its limit, so a noise
+    # never stays open longer than without the model (the gateway's barge-in counts on it).
+    turn_min_speech_ms: int = 400
+    turn_workers: int = 1  # concurrent model runs (one core each)
     # Streams one replica accepts; more get RESOURCE_EXHAUSTED (scale out instead).
     max_streams: int = 32
     # Bytes of audio accepted in one request message.
     max_chunk_bytes: int = 192_000
+
+    @model_validator(mode="after")
+    def _turn_order(self) -> SttSettings:
+        if self.turn_model != "off" and not (
+                self.turn_pause_ms < self.min_silence_ms <= self.turn_max_silence_ms):
+            raise ValueError("STT_TURN_PAUSE_MS < STT_MIN_SILENCE_MS <= STT_TURN_MAX_SILENCE_MS must hold")
+        return self
+
+    def turn_threshold_for(self, language: str) -> float | None:
+        """The model's threshold for ``language``, or None when it has no model (the timer)."""
+        if self.turn_model == "off" or language not in {x.strip() for x in self.turn_languages.split(",")}:
+            return None
+        return self.turn_thresholds.get(language, self.turn_threshold)

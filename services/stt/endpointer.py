@@ -7,6 +7,14 @@ utterance. A pause shorter than that does not split a sentence. An utterance
 that reaches ``max_frames`` is ended (reason "max_length") so a final always
 comes, and speech that continues starts a new utterance.
 
+With an end-of-turn model (``pause_frames`` > 0) the fixed silence is replaced: after
+``pause_frames`` of silence the endpointer reports a ``Pause``; whoever runs the model calls
+``end_turn`` when it says the speaker has finished (reason "model"), and otherwise the
+utterance ends after ``max_silence_frames`` (reason "limit"). An utterance with less than
+``min_turn_speech_frames`` of speech keeps the fixed silence as its limit, so a cough or a
+click never stays open longer than it did without the model. ``use_timer`` puts the open
+utterance back on the fixed silence (the model failed).
+
 Pure logic with no audio or clock, so it is tested with scripted probabilities.
 """
 
@@ -22,6 +30,14 @@ class EndpointConfig:
     min_speech_frames: int = 2
     min_silence_frames: int = 10
     max_frames: int = 469  # 15 s of 32 ms frames
+    # End-of-turn model: 0 = none, the fixed silence (min_silence_frames) ends every utterance.
+    pause_frames: int = 0
+    max_silence_frames: int = 0
+    min_turn_speech_frames: int = 0
+
+    @property
+    def turn_model(self) -> bool:
+        return self.pause_frames > 0
 
 
 @dataclass(frozen=True)
@@ -32,7 +48,15 @@ class SpeechStart:
 @dataclass(frozen=True)
 class SpeechEnd:
     frame: int  # first frame after the last speech frame
-    reason: str  # "silence" | "max_length" | "end_of_stream"
+    reason: str  # "silence" | "model" | "limit" | "max_length" | "end_of_stream"
+
+
+@dataclass(frozen=True)
+class Pause:
+    """The open utterance paused long enough to ask the end-of-turn model."""
+
+    frame: int  # the frame that completed the pause
+    speech_end: int  # first frame after the last speech frame
 
 
 class Endpointer:
@@ -43,6 +67,7 @@ class Endpointer:
         self.start_frame = 0
         self._run = 0  # consecutive speech frames (idle) or silence frames (in speech)
         self._last_speech = 0
+        self._timer_only = not config.turn_model  # the fixed silence ends the open utterance
 
     @property
     def last_speech_frame(self) -> int:
@@ -54,7 +79,23 @@ class Endpointer:
         """Silence frames in a row since the last speech frame of the open utterance."""
         return self._run if self.in_speech else 0
 
-    def push(self, probability: float) -> list[SpeechStart | SpeechEnd]:
+    def end_turn(self, pause: Pause) -> list[SpeechEnd]:
+        """The model says the speaker finished at ``pause``: end the utterance now, unless
+        speech came back since (or it already ended)."""
+        if not self.in_speech or self._last_speech + 1 != pause.speech_end or self._run == 0:
+            return []
+        return [self._end(self._last_speech + 1, "model")]
+
+    def use_timer(self) -> list[SpeechEnd]:
+        """The fixed silence ends the open utterance (the model could not answer)."""
+        if not self.in_speech:
+            return []
+        self._timer_only = True
+        if self._run >= self.config.min_silence_frames:
+            return [self._end(self._last_speech + 1, "silence")]
+        return []
+
+    def push(self, probability: float) -> list[SpeechStart | SpeechEnd | Pause]:
         """Feed the next frame's probability; return the decisions it caused."""
         index = self.frame
         self.frame += 1
@@ -77,21 +118,33 @@ class Endpointer:
         self.start_frame = index - self._run + 1
         self._last_speech = index
         self._run = 0
+        self._timer_only = not self.config.turn_model
         return [SpeechStart(self.start_frame)]
 
-    def _push_in_speech(self, index: int, probability: float) -> list[SpeechStart | SpeechEnd]:
+    def _push_in_speech(self, index: int, probability: float) -> list[SpeechStart | SpeechEnd | Pause]:
         if probability >= self.config.neg_threshold:
             self._last_speech = index
             self._run = 0
         else:
             self._run += 1
-        if self._run >= self.config.min_silence_frames:
-            self.in_speech = False
-            self._run = 0
-            return [SpeechEnd(self._last_speech + 1, "silence")]
+        limit, reason = self._limit()
+        if self._run >= limit:
+            return [self._end(self._last_speech + 1, reason)]
         if index + 1 - self.start_frame >= self.config.max_frames:
             # Forced cut: the next speech frame starts a fresh utterance.
-            self.in_speech = False
-            self._run = 0
-            return [SpeechEnd(index + 1, "max_length")]
+            return [self._end(index + 1, "max_length")]
+        if not self._timer_only and self._run == self.config.pause_frames:
+            return [Pause(index, self._last_speech + 1)]
         return []
+
+    def _limit(self) -> tuple[int, str]:
+        """Silence frames that end the open utterance, and the reason that end gets."""
+        c = self.config
+        if self._timer_only or self._last_speech + 1 - self.start_frame < c.min_turn_speech_frames:
+            return c.min_silence_frames, "silence"
+        return c.max_silence_frames, "limit"
+
+    def _end(self, frame: int, reason: str) -> SpeechEnd:
+        self.in_speech = False
+        self._run = 0
+        return SpeechEnd(frame, reason)

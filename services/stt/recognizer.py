@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.stt.endpointer import EndpointConfig, Endpointer, SpeechEnd, SpeechStart
+from services.stt.endpointer import EndpointConfig, Endpointer, Pause, SpeechEnd, SpeechStart
 from services.stt.engine import SttEngine
 from services.stt.metrics import DECODE_SECONDS, DECODE_WAIT_SECONDS, QUEUE_DEPTH
 from services.stt.vad import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, VadStream
@@ -61,6 +61,14 @@ class Segment:
 class Started:
     utterance: int
     offset_ms: int
+
+
+@dataclass(frozen=True)
+class Paused:
+    """The open utterance paused long enough for the end-of-turn model to judge it."""
+
+    utterance: int
+    pause: Pause
 
 
 @dataclass(frozen=True)
@@ -109,14 +117,33 @@ class StreamRecognizer:
     def start_frame(self) -> int:
         return self._endpointer.start_frame
 
-    def feed(self, pcm16: bytes) -> list[Started | Ended]:
+    def end_turn(self, paused: Paused) -> list[Ended]:
+        """The model says the caller finished at ``paused``: close the utterance, unless
+        speech came back since."""
+        if paused.utterance != self.utterance_index:
+            return []
+        return [self._close(end) for end in self._endpointer.end_turn(paused.pause)]
+
+    def use_timer(self, utterance: int) -> list[Ended]:
+        """The fixed silence closes ``utterance`` (the model could not judge it)."""
+        if utterance != self.utterance_index:
+            return []
+        return [self._close(end) for end in self._endpointer.use_timer()]
+
+    def turn_audio(self, max_samples: int) -> np.ndarray:
+        """The open utterance up to now, its pause included (at most ``max_samples``)."""
+        frames = self._utterance[-(max_samples // FRAME_SAMPLES + 1):]
+        audio = np.concatenate(frames) if frames else np.zeros(0, np.float32)
+        return audio[-max_samples:]
+
+    def feed(self, pcm16: bytes) -> list[Started | Ended | Paused]:
         data = self._odd_byte + pcm16
         # A frame may split a sample across messages; keep the odd byte.
         self._odd_byte = data[-1:] if len(data) % 2 else b""
         samples = self._resampler.process(pcm16_to_float(data))
         return self._consume(samples)
 
-    def finish(self) -> list[Started | Ended]:
+    def finish(self) -> list[Started | Ended | Paused]:
         events = self._consume(self._resampler.process(np.zeros(0, np.float32), last=True))
         if self._endpointer.in_speech:
             events += [self._close(end) for end in self._endpointer.finish()]
@@ -128,16 +155,16 @@ class StreamRecognizer:
             return None
         return self._segment(self.speech_end_frame)
 
-    def _consume(self, samples: np.ndarray) -> list[Started | Ended]:
+    def _consume(self, samples: np.ndarray) -> list[Started | Ended | Paused]:
         self._pending = np.concatenate([self._pending, samples])
-        events: list[Started | Ended] = []
+        events: list[Started | Ended | Paused] = []
         while len(self._pending) >= FRAME_SAMPLES:
             frame = self._pending[:FRAME_SAMPLES]
             self._pending = self._pending[FRAME_SAMPLES:]
             events += self._process_frame(frame)
         return events
 
-    def _process_frame(self, frame: np.ndarray) -> list[Started | Ended]:
+    def _process_frame(self, frame: np.ndarray) -> list[Started | Ended | Paused]:
         # Garbage input (NaN, inf) must not poison the recurrent state.
         frame = np.nan_to_num(frame, nan=0.0, posinf=1.0, neginf=-1.0)
         index = self._endpointer.frame
@@ -147,7 +174,7 @@ class StreamRecognizer:
             self._utterance.append(frame)
         else:
             self._recent.append(frame)
-        events: list[Started | Ended] = []
+        events: list[Started | Ended | Paused] = []
         for decision in decisions:
             if isinstance(decision, SpeechStart):
                 self._utterance = list(self._recent)
@@ -156,6 +183,8 @@ class StreamRecognizer:
                 events.append(Started(self.utterance_index, decision.frame * FRAME_MS))
             elif isinstance(decision, SpeechEnd):
                 events.append(self._close(decision))
+            else:
+                events.append(Paused(self.utterance_index, decision))
         return events
 
     def _segment(self, speech_end_frame: int) -> Segment:

@@ -25,6 +25,7 @@ from services.stt.metrics import ACTIVE_STREAMS
 from services.stt.models import resolve_whisper_model, silero_vad_path
 from services.stt.recognizer import DecodePool, StreamRecognizer
 from services.stt.stream import RecognitionStream, StreamOptions
+from services.stt.turn_model import TurnModelError, TurnScorer, Verdict, load_turn_scorer
 from services.stt.vad import FRAME_MS, SileroVad
 from voicebot.common.audio import SUPPORTED_INPUT_RATES
 from voicebot.common.grpc_server import serve_forever
@@ -41,10 +42,12 @@ class InvalidConfig(ValueError):
 
 
 class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
-    def __init__(self, settings: SttSettings, engine: SttEngine, vad: SileroVad) -> None:
+    def __init__(self, settings: SttSettings, engine: SttEngine, vad: SileroVad,
+                 turn: TurnScorer | None = None) -> None:
         self.settings = settings
         self.engine = engine
         self.vad = vad
+        self.turn = turn  # None: the fixed silence timer for every stream
         self.pool = DecodePool(engine, settings.workers)
         self.active_streams = 0
 
@@ -66,12 +69,18 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
         if not 64 <= silence_ms <= 5000:
             raise InvalidConfig("endpoint_silence_ms must be between 64 and 5000")
         s = self.settings
+        # A client that names its own endpoint silence gets that fixed timer.
+        own_timer = (self.turn is None and s.turn_model != "text") or config.endpoint_silence_ms
+        threshold = None if own_timer else s.turn_threshold_for(language)
         endpoint = EndpointConfig(
             threshold=s.vad_threshold,
             neg_threshold=s.vad_neg_threshold,
             min_speech_frames=max(1, s.min_speech_ms // FRAME_MS),
             min_silence_frames=max(1, silence_ms // FRAME_MS),
             max_frames=max(2, int(s.max_utterance_s * 1000) // FRAME_MS),
+            pause_frames=0 if threshold is None else max(1, s.turn_pause_ms // FRAME_MS),
+            max_silence_frames=max(1, s.turn_max_silence_ms // FRAME_MS),
+            min_turn_speech_frames=s.turn_min_speech_ms // FRAME_MS,
         )
         options = StreamOptions(
             language=language,
@@ -81,6 +90,8 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
             final_with_end_of_utterance=config.final_with_end_of_utterance,
             partial_interval_frames=max(1, s.partial_interval_ms // FRAME_MS),
             speculative_silence_frames=max(1, s.speculative_silence_ms // FRAME_MS),
+            turn_threshold=threshold,
+            turn_text=s.turn_text or s.turn_model == "text",
         )
         return rate, options, endpoint
 
@@ -99,10 +110,10 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"this replica already serves {self.settings.max_streams} streams")
         recognizer = StreamRecognizer(self.vad.new_stream(), endpoint, rate, self.settings.pre_roll_ms)
-        stream = RecognitionStream(recognizer, self.pool, options)
+        stream = RecognitionStream(recognizer, self.pool, options, self.turn)
         self.active_streams += 1
         ACTIVE_STREAMS.inc()
-        spans = UtteranceSpans(incoming_context(context.invocation_metadata()), options)
+        spans = UtteranceSpans(incoming_context(context.invocation_metadata()), options, stream.verdicts)
         reader = asyncio.create_task(self._read(requests, stream, spans))
         try:
             async for event in stream.events():
@@ -151,11 +162,13 @@ class UtteranceSpans:
     span hangs off the stream's own context (from the call's metadata).
     """
 
-    def __init__(self, stream_context, options: StreamOptions) -> None:
+    def __init__(self, stream_context, options: StreamOptions, verdicts: dict[int, Verdict]) -> None:
         self._stream_context = stream_context
         self._options = options
         self._turns: dict[int, tuple[str, object]] = {}
         self._onsets: dict[int, int] = {}
+        self._endpoints: dict[int, str] = {}
+        self._verdicts = verdicts  # the end-of-turn model's latest per utterance (the stream's)
 
     def link(self, utterance: stt_pb2.UtteranceContext) -> None:
         parent = incoming_context([("traceparent", utterance.traceparent)])
@@ -166,17 +179,27 @@ class UtteranceSpans:
         index = event.utterance_index
         if kind == "speech_started":
             self._onsets[index] = time.time_ns()
+        elif kind == "end_of_utterance":
+            self._endpoints[index] = event.end_of_utterance.reason
+            if event.end_of_utterance.HasField("final"):
+                self._final(index, event.end_of_utterance.final)
         elif kind == "transcript" and event.transcript.is_final:
-            turn_id, parent = self._turns.pop(index, ("", self._stream_context))
-            started = self._onsets.pop(index, time.time_ns())
-            span = TRACER.start_span("stt.recognize", context=parent, kind=SpanKind.SERVER,
-                                     start_time=started,
-                                     attributes={**ids(self._options.session_id, turn_id),
-                                                 "voicebot.stt.utterance_index": index,
-                                                 "voicebot.stt.language": self._options.language,
-                                                 "voicebot.stt.audio_ms": event.transcript.end_ms
-                                                 - event.transcript.start_ms})
-            span.end()
+            self._final(index, event.transcript)
+
+    def _final(self, index: int, transcript: stt_pb2.Transcript) -> None:
+        turn_id, parent = self._turns.pop(index, ("", self._stream_context))
+        started = self._onsets.pop(index, time.time_ns())
+        attributes = {**ids(self._options.session_id, turn_id), "voicebot.stt.utterance_index": index,
+                      "voicebot.stt.language": self._options.language,
+                      "voicebot.stt.audio_ms": transcript.end_ms - transcript.start_ms,
+                      "voicebot.stt.endpoint": self._endpoints.pop(index, "")}
+        verdict = self._verdicts.pop(index, None)
+        if verdict is not None:  # the model's last say on this utterance
+            attributes["voicebot.stt.turn_model_ms"] = round(verdict.seconds * 1000, 1)
+            attributes["voicebot.stt.turn_probability"] = round(verdict.probability, 3)
+        span = TRACER.start_span("stt.recognize", context=parent, kind=SpanKind.SERVER,
+                                 start_time=started, attributes=attributes)
+        span.end()
 
 
 def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
@@ -191,18 +214,26 @@ def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
         context=settings.context, context_language=settings.default_language,
     )
     vad = SileroVad(silero_vad_path(settings.vad_model_path))
-    return SpeechToTextServicer(settings, engine, vad)
+    turn = load_turn_scorer(settings.turn_model, settings.turn_model_path, settings.turn_model_sha256,
+                            settings.turn_workers, settings.turn_model_required)
+    return SpeechToTextServicer(settings, engine, vad, turn)
 
 
 def main() -> None:
     settings = SttSettings()
     setup_logging("stt", settings.log_level, settings.log_json)
     setup_tracing("stt")
-    servicer = build_servicer(settings)
-    # Warm the model so the first real utterance is not the slow one.
+    try:
+        servicer = build_servicer(settings)
+    except TurnModelError as exc:  # the path and what is wrong with it, no traceback
+        log.error("stt cannot start: %s", exc)
+        raise SystemExit(f"stt cannot start: {exc}") from None
+    # Warm the models so the first real utterance is not the slow one.
     import numpy as np
 
     servicer.engine.transcribe(np.zeros(16000, dtype=np.float32), settings.default_language)
+    if servicer.turn is not None:
+        servicer.turn.model.probability(np.zeros(16000, dtype=np.float32))
 
     def register(server: grpc.aio.Server) -> list[str]:
         stt_pb2_grpc.add_SpeechToTextServicer_to_server(servicer, server)
@@ -210,6 +241,8 @@ def main() -> None:
 
     async def on_stop() -> None:
         servicer.pool.shutdown()
+        if servicer.turn is not None:
+            servicer.turn.shutdown()
         shutdown_tracing()
 
     asyncio.run(serve_forever("stt", settings, register, on_stop))

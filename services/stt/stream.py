@@ -20,6 +20,12 @@ Three things happen per stream:
   ends (a finished decode covered it, and no earlier final is still owed)
   goes inside the ``EndOfUtterance`` itself: one message at the endpoint.
 
+With an end-of-turn model, a longer pause (``Paused``) also hands the utterance so far to
+the model on its own thread; feeding goes on meanwhile. A "finished" verdict for a pause the
+caller has not broken ends the utterance at once (reason "model"); otherwise the endpointer
+waits for more speech or its longer limit. The reply side needs nothing new: the speculative
+decode above already ran at the pause, and the endpoint only comes sooner.
+
 Queues are bounded: a reader that does not keep up blocks ``feed`` (and so,
 through gRPC flow control, its own client) and loses partials, never finals.
 """
@@ -31,10 +37,12 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from services.stt.engine import DraftDiscarded
-from services.stt.metrics import ENDPOINT_TO_FINAL_SECONDS, FINALS_TOTAL, PARTIALS_TOTAL
+from services.stt.metrics import ENDPOINT_TO_FINAL_SECONDS, ENDPOINTS_TOTAL, FINALS_TOTAL, PARTIALS_TOTAL
 from services.stt.recognizer import (
     FINAL,
     PARTIAL,
@@ -42,16 +50,25 @@ from services.stt.recognizer import (
     DecodeJob,
     DecodePool,
     Ended,
+    Paused,
     Segment,
     Started,
     StreamRecognizer,
 )
+from services.stt.turn_model import WINDOW_SAMPLES, TurnScorer, Verdict
+from services.stt.turn_text import unfinished
 from voicebot.v1 import stt_pb2
 
 log = logging.getLogger("stt")
 
+async def _none() -> None:
+    return None
+
+
 EVENT_BUFFER = 64
 _DONE = object()
+# EndOfUtterance.reason -> voicebot_stt_endpoints_total's label ("silence" is the fixed timer).
+ENDPOINT_LABEL = {"silence": "timer"}
 
 
 @dataclass(frozen=True)
@@ -64,13 +81,26 @@ class StreamOptions:
     speculative_silence_frames: int = 2  # ~64 ms of pause
     # A final known at the endpoint rides in the EndOfUtterance (EndOfUtterance.final).
     final_with_end_of_utterance: bool = False
+    # The end-of-turn model's probability at or above which a pause ends the turn
+    # (None: no model for this stream, the fixed silence ends it).
+    turn_threshold: float | None = None
+    # Also read the decode made at the pause: words that go on ("my name is...") hold the turn.
+    turn_text: bool = False
 
 
 class RecognitionStream:
-    def __init__(self, recognizer: StreamRecognizer, pool: DecodePool, options: StreamOptions) -> None:
+    def __init__(self, recognizer: StreamRecognizer, pool: DecodePool, options: StreamOptions,
+                 turn: TurnScorer | None = None) -> None:
         self._recognizer = recognizer
         self._pool = pool
         self._options = options
+        self._turn = turn if options.turn_threshold is not None else None
+        self._judging: asyncio.Task | None = None  # the model's verdict on the latest pause
+        self.verdicts: dict[int, Verdict] = {}  # the latest verdict per utterance (for its span)
+        self._decoded = asyncio.Condition()  # a partial or speculative decode landed
+        # Held while the recognizer changes state and its events are queued, so an end the
+        # model decides and the audio's own events go out in the order they happened.
+        self._decide = asyncio.Lock()
         self._events: asyncio.Queue = asyncio.Queue(maxsize=EVENT_BUFFER)
         self._ended: asyncio.Queue = asyncio.Queue(maxsize=2)
         # Utterance whose SpeechStarted went out and whose EndOfUtterance did not yet.
@@ -90,14 +120,17 @@ class RecognitionStream:
 
     # ---- input -----------------------------------------------------------
     async def feed(self, pcm16: bytes) -> None:
-        for event in self._recognizer.feed(pcm16):
-            await self._publish(event)
+        async with self._decide:
+            for event in self._recognizer.feed(pcm16):
+                await self._publish(event)
         self._ask_for_partial()
 
     async def finish(self) -> None:
         """The client half-closed: close an open utterance; events end after its final."""
-        for event in self._recognizer.finish():
-            await self._publish(event)
+        async with self._decide:
+            self._stop_judging()
+            for event in self._recognizer.finish():
+                await self._publish(event)
         await self._ended.put(_DONE)
 
     def fail(self, error: BaseException) -> None:
@@ -116,6 +149,7 @@ class RecognitionStream:
     async def close(self) -> None:
         """Stop both tasks; their queued decodes are dropped before they run."""
         self._set_open(None)
+        self._stop_judging()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -128,8 +162,10 @@ class RecognitionStream:
         self._pool.speaking += (utterance is not None) - (self._open is not None)
         self._open = utterance
 
-    async def _publish(self, event: Started | Ended) -> None:
-        if isinstance(event, Started):
+    async def _publish(self, event: Started | Ended | Paused) -> None:
+        if isinstance(event, Paused):
+            self._judge(event)
+        elif isinstance(event, Started):
             self._set_open(event.utterance)
             self._periodic_from = self._recognizer.start_frame
             self._partial_text = ""
@@ -137,6 +173,8 @@ class RecognitionStream:
                 event.utterance, speech_started=stt_pb2.SpeechStarted(offset_ms=event.offset_ms)))
         else:
             self._set_open(None)
+            self._stop_judging()  # a verdict still out is about an utterance that has ended
+            ENDPOINTS_TOTAL.labels(ENDPOINT_LABEL.get(event.reason, event.reason)).inc()
             segment = event.segment
             end = stt_pb2.EndOfUtterance(end_ms=segment.end_ms, reason=event.reason)
             # Finals go out in order: only with none owed may this one skip the finals task.
@@ -160,6 +198,64 @@ class RecognitionStream:
     def _transcript_of(self, segment: Segment, text: str, final: bool) -> stt_pb2.Transcript:
         return stt_pb2.Transcript(text=text, is_final=final, start_ms=segment.start_ms,
                                   end_ms=segment.end_ms, language=self._options.language)
+
+    # ---- end of turn -----------------------------------------------------
+    def _judge(self, paused: Paused) -> None:
+        """Ask the model about this pause; a verdict on an earlier pause is moot now."""
+        if self._options.turn_threshold is None:
+            return
+        self._stop_judging()
+        audio = self._recognizer.turn_audio(WINDOW_SAMPLES) if self._turn is not None else None
+        self._judging = asyncio.create_task(self._verdict(paused, audio))
+
+    def _stop_judging(self) -> None:
+        if self._judging is not None and self._judging is not asyncio.current_task():
+            self._judging.cancel()
+        self._judging = None
+
+    async def _verdict(self, paused: Paused, audio: np.ndarray | None) -> None:
+        try:
+            verdict = await self._judge_pause(paused, audio)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("end-of-turn model failed; this utterance ends on the silence timer", exc_info=True)
+            verdict = None
+        if verdict is not None:
+            self.verdicts[paused.utterance] = verdict
+            for old in [u for u in self.verdicts if u < paused.utterance - 2]:
+                del self.verdicts[old]  # utterances whose span never asked
+            if not verdict.finished:
+                return  # not finished: more speech, or the endpointer's limit, ends it
+        async with self._decide:
+            if verdict is None:
+                events = self._recognizer.use_timer(paused.utterance)
+            else:
+                events = self._recognizer.end_turn(paused)
+            for event in events:
+                await self._publish(event)
+
+    async def _judge_pause(self, paused: Paused, audio: np.ndarray | None) -> Verdict:
+        """The audio model's probability and the pause's words, both at once: the words come
+        from the speculative decode, which the final needs anyway."""
+        assert self._options.turn_threshold is not None
+        score = self._turn.score(audio) if self._turn is not None and audio is not None else None
+        words = self._pause_words(paused) if self._options.turn_text else None
+        verdict, text = await asyncio.gather(score or _none(), words or _none())
+        verdict = verdict or Verdict(1.0, 0.0, 0.0)  # words alone (STT_TURN_MODEL=text)
+        held = text is not None and unfinished(text, self._options.language)
+        return replace(verdict, finished=verdict.probability >= self._options.turn_threshold and not held,
+                       words_unfinished=held)
+
+    async def _pause_words(self, paused: Paused) -> str:
+        """The text of the decode that ends where this pause began (waiting for it if need be)."""
+        def ready() -> bool:
+            latest = self._latest.get(paused.utterance)
+            return latest is not None and latest[0].speech_end_frame == paused.pause.speech_end
+
+        async with self._decoded:
+            await self._decoded.wait_for(ready)
+        return self._latest[paused.utterance][1]
 
     # ---- partials --------------------------------------------------------
     def _ask_for_partial(self) -> None:
@@ -220,6 +316,7 @@ class RecognitionStream:
 
     def _on_partial(self, segment: Segment, text: str, speculative: bool = False) -> None:
         self._latest[segment.utterance] = (segment, text)
+        asyncio.get_running_loop().create_task(self._notify_decoded())
         if speculative and self._options.speculative_results and text and segment.utterance == self._open:
             # The words up to this pause: the final reuses this decode when speech does not go on.
             with contextlib.suppress(asyncio.QueueFull):
@@ -234,6 +331,10 @@ class RecognitionStream:
             self._events.put_nowait(self._transcript(segment, text, final=False))
             self._partial_text = text
             PARTIALS_TOTAL.inc()
+
+    async def _notify_decoded(self) -> None:
+        async with self._decoded:
+            self._decoded.notify_all()
 
     # ---- finals ----------------------------------------------------------
     async def _run_finals(self) -> None:

@@ -1,0 +1,195 @@
+"""A recognition stream with an end-of-turn model: a fake scorer answers by script, the VAD by loudness.
+
+The scorer is gated, so each test decides when a verdict lands relative to the audio; tests
+wait for events, never for time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import numpy as np
+
+from services.stt.endpointer import EndpointConfig
+from services.stt.recognizer import DecodePool, StreamRecognizer
+from services.stt.stream import RecognitionStream, StreamOptions
+from services.stt.turn_model import Verdict
+from tests.fakes.engines import FakeSttEngine, LoudnessVad
+from tests.unit.test_stt_stream import loud, quiet
+
+# Pause after 5 silent frames (160 ms), the timer at 10 (320 ms), the limit at 30 (~1 s).
+ENDPOINT = EndpointConfig(threshold=0.5, neg_threshold=0.35, min_speech_frames=2, min_silence_frames=10,
+                          max_frames=200, pause_frames=5, max_silence_frames=30, min_turn_speech_frames=6)
+
+
+class ScriptedScorer:
+    """Answers each pause with the next probability (or exception) once the test releases it."""
+
+    def __init__(self, *answers: float | Exception) -> None:
+        self.answers = list(answers)
+        self.asked: list[np.ndarray] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self._asked = asyncio.Condition()
+
+    async def score(self, audio: np.ndarray) -> Verdict:
+        async with self._asked:
+            self.asked.append(audio)
+            self._asked.notify_all()
+        await self.release.wait()
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return Verdict(answer, 0.02, 0.0)
+
+    async def wait_asked(self, count: int = 1) -> None:
+        async with self._asked:
+            await asyncio.wait_for(self._asked.wait_for(lambda: len(self.asked) >= count), 30)
+
+
+class WordsEngine(FakeSttEngine):
+    """Hears the same words in every decode."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def transcribe(self, audio: np.ndarray, language: str, draft: bool = False) -> str:
+        super().transcribe(audio, language, draft)
+        return self.text
+
+
+class Harness:
+    def __init__(self, scorer: ScriptedScorer | None, threshold: float | None = 0.5, words: str = "") -> None:
+        # As the server configures it: no model for the stream, no pauses either.
+        endpoint = ENDPOINT if threshold is not None else replace(ENDPOINT, pause_frames=0)
+        recognizer = StreamRecognizer(LoudnessVad(), endpoint, 16000, pre_roll_ms=0)
+        engine = WordsEngine(words) if words else FakeSttEngine()
+        self.stream = RecognitionStream(recognizer, DecodePool(engine, 1), StreamOptions(
+            language="en", turn_threshold=threshold, turn_text=bool(words)), scorer)  # type: ignore[arg-type]
+        self.events: list = []
+        self._reader = asyncio.create_task(self._collect())
+        self._changed = asyncio.Condition()
+
+    async def _collect(self) -> None:
+        async for event in self.stream.events():
+            async with self._changed:
+                self.events.append(event)
+                self._changed.notify_all()
+
+    def ends(self) -> list[str]:
+        return [e.end_of_utterance.reason for e in self.events if e.WhichOneof("event") == "end_of_utterance"]
+
+    async def wait_ends(self, count: int = 1) -> None:
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: len(self.ends()) >= count), 30)
+
+    async def finish(self) -> None:
+        await self.stream.finish()
+        await asyncio.wait_for(self._reader, 30)
+        await self.stream.close()
+
+
+async def test_finished_ends_the_turn_before_the_timer_would():
+    scorer = ScriptedScorer(0.9)
+    h = Harness(scorer)
+    await h.stream.feed(quiet(3) + loud(20) + quiet(6))  # 6 silent frames: under the timer's 10
+    await h.wait_ends()
+    assert h.ends() == ["model"]
+    assert len(scorer.asked) == 1 and len(scorer.asked[0]) >= 25 * 512  # speech and the pause so far
+    await h.finish()
+    assert h.ends() == ["model"]  # one utterance, one end
+
+
+async def test_not_finished_keeps_listening_until_the_limit():
+    scorer = ScriptedScorer(0.1)
+    h = Harness(scorer)
+    await h.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await scorer.wait_asked()
+    await h.stream.feed(quiet(20))  # 26 silent frames: past the timer, short of the limit
+    await asyncio.sleep(0)
+    assert h.ends() == []
+    await h.stream.feed(quiet(4))
+    await h.wait_ends()
+    assert h.ends() == ["limit"]
+    await h.finish()
+
+
+async def test_a_thinking_pause_then_more_words_stays_one_utterance():
+    scorer = ScriptedScorer(0.1, 0.9)
+    h = Harness(scorer)
+    await h.stream.feed(quiet(3) + loud(20) + quiet(5))
+    await scorer.wait_asked()  # "not finished" at the pause
+    await h.stream.feed(quiet(17) + loud(15) + quiet(6))  # a ~700 ms pause inside the sentence
+    await h.wait_ends()
+    assert h.ends() == ["model"] and len(scorer.asked) == 2
+    await h.finish()
+    finals = [e for e in h.events if e.WhichOneof("event") == "transcript" and e.transcript.is_final]
+    assert len(finals) == 1
+
+
+async def test_audio_keeps_flowing_while_the_model_thinks_and_a_late_verdict_ends_nothing():
+    scorer = ScriptedScorer(0.9, 0.9)
+    scorer.release.clear()  # the model is slow
+    h = Harness(scorer)
+    await h.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await scorer.wait_asked()
+    # The caller goes on speaking; every frame is taken while the verdict is still out.
+    await asyncio.wait_for(h.stream.feed(loud(10)), 5)
+    scorer.release.set()  # "finished" for a pause the caller already broke
+    await h.stream.feed(quiet(6))
+    await h.wait_ends()
+    assert h.ends() == ["model"] and len(scorer.asked) == 2
+    await h.finish()
+    assert h.ends() == ["model"]
+
+
+async def test_a_failing_model_falls_back_to_the_timer():
+    scorer = ScriptedScorer(RuntimeError("onnx failed"))
+    h = Harness(scorer)
+    await h.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await scorer.wait_asked()
+    await asyncio.sleep(0.05)
+    assert h.ends() == []
+    await h.stream.feed(quiet(4))  # the timer's 10th silent frame
+    await h.wait_ends()
+    assert h.ends() == ["silence"]
+    await h.finish()
+
+
+async def test_a_language_without_a_model_uses_the_timer():
+    scorer = ScriptedScorer()
+    h = Harness(scorer, threshold=None)
+    await h.stream.feed(quiet(3) + loud(20) + quiet(12))
+    await h.wait_ends()
+    assert h.ends() == ["silence"] and scorer.asked == []
+    await h.finish()
+
+
+async def test_words_that_go_on_hold_the_turn_the_audio_model_calls_finished():
+    scorer = ScriptedScorer(0.95)
+    h = Harness(scorer, words="My name is...")
+    await h.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await scorer.wait_asked()
+    await h.stream.feed(quiet(20))
+    await asyncio.sleep(0.05)
+    assert h.ends() == []
+    await h.stream.feed(quiet(4))
+    await h.wait_ends()
+    assert h.ends() == ["limit"]
+    await h.finish()
+    assert h.stream.verdicts == {} or all(v.words_unfinished for v in h.stream.verdicts.values())
+
+
+async def test_finished_words_and_audio_end_the_turn_and_words_alone_can_too():
+    h = Harness(ScriptedScorer(0.9), words="A table for two, please.")
+    await h.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await h.wait_ends()
+    assert h.ends() == ["model"]
+    await h.finish()
+    text_only = Harness(None, words="Can I bring my dog?")
+    await text_only.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await text_only.wait_ends()
+    assert text_only.ends() == ["model"]
+    await text_only.finish()
