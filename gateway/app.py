@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
@@ -111,7 +111,10 @@ def create_app(settings: GatewaySettings) -> Starlette:
             await serve(ws, TwilioCall, user if secret_ok(in_url, settings) else None)
             return
         if not unauthenticated.enter():
-            await refuse(ws, CLOSE_TRY_AGAIN_LATER, "too many unauthenticated sockets")
+            # Refused in the handshake (HTTP 503), not accepted and closed: a crowd reconnecting
+            # as fast as it is refused costs the gateway one HTTP exchange each, not a WebSocket.
+            await ws.send_denial_response(PlainTextResponse(
+                "too many unauthenticated sockets; try again later", 503, headers={"Retry-After": "1"}))
             return
         try:
             await ws.accept()

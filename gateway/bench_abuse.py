@@ -24,6 +24,7 @@ import contextlib
 import json
 import random
 import secrets
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Any
 
 import websockets
 
+from gateway.bench_gateway import cpu_seconds
 from voicebot.common.stats import percentile
 from voicebot.devstack import ROOT, Proc, Stack, free_port, redis_url_for
 
@@ -169,8 +171,9 @@ class Caller:
 
 
 async def hostile_socket(base: str, kind: str, hold_s: float) -> tuple[int | None, float]:
-    """One socket without the secret, behaving as ``kind``: (close code, seconds until closed);
-    the code is None when the gateway still held it open after ``hold_s``."""
+    """One socket without the secret, behaving as ``kind``: (close code, or the HTTP status of a
+    handshake refused, or -1 not connected; seconds until closed); the code is None when the
+    gateway still held it open after ``hold_s``."""
     url = f"{base}/v1/twilio" + ("?secret=not-the-secret" if kind == "url_secret" else "")
     started = time.perf_counter()
     try:
@@ -187,17 +190,22 @@ async def hostile_socket(base: str, kind: str, hold_s: float) -> tuple[int | Non
             return ws.close_code, time.perf_counter() - started
     except websockets.ConnectionClosed as closed:
         return (closed.rcvd.code if closed.rcvd else 1006), time.perf_counter() - started
+    except websockets.InvalidStatus as refused:  # refused in the handshake (HTTP 503: no room to wait)
+        return refused.response.status_code, time.perf_counter() - started
     except (OSError, websockets.InvalidHandshake, TimeoutError):
         return -1, time.perf_counter() - started  # not even connected: counted apart
 
 
-async def hostile_crowd(base: str, count: int, stop: asyncio.Event, outcomes: Counter) -> None:
-    """``count`` hostile sockets held up until ``stop``: each reconnects once it is closed."""
+async def hostile_crowd(base: str, count: int, stop: asyncio.Event, outcomes: Counter,
+                        reconnect_s: float = 1.0) -> None:
+    """``count`` hostile sockets held up until ``stop``: each reconnects ``reconnect_s`` after it
+    is closed (the 503's Retry-After; 0: at once, a connection-rate flood)."""
 
     async def one(kind: str) -> None:
         while not stop.is_set():
             code, _ = await hostile_socket(base, kind, hold_s=30)
             outcomes[str(code)] += 1
+            await asyncio.sleep(reconnect_s)
 
     tasks = [asyncio.create_task(one(HOSTILE_KINDS[i % len(HOSTILE_KINDS)])) for i in range(count)]
     await stop.wait()
@@ -236,35 +244,58 @@ async def callers_taking_turns(callers: list[Caller], seconds: float) -> tuple[l
     return latencies, failures
 
 
-async def window(base: str, callers: list[Caller], seconds: float, abuse: bool, args) -> dict[str, Any]:
+async def attack(base: str, args) -> dict[str, Any]:
+    """The attacker's side of an abuse window (run in a process of its own: its event loop,
+    busy with hundreds of handshakes a second, must not be the one that times the callers)."""
     stop = asyncio.Event()
     outcomes: Counter = Counter()
-    background: list[asyncio.Task] = []
-    flooder: Caller | None = None
-    if abuse:
-        background.append(asyncio.create_task(hostile_crowd(base, args.hostile, stop, outcomes)))
-        flooder = await Caller.open(base, args.flood_token)
-        background.append(asyncio.create_task(flood(flooder, args.flood_rate, stop)))
-        await asyncio.sleep(2.0)  # the crowd is up before the window opens
-    latencies, failures = await callers_taking_turns(callers, seconds)
+    crowd = asyncio.create_task(hostile_crowd(base, args.hostile, stop, outcomes, args.reconnect_delay))
+    flooder = await Caller.open(base, args.flood_token)
+    flooding = asyncio.create_task(flood(flooder, args.flood_rate, stop))
+    await asyncio.sleep(args.seconds)
     stop.set()
-    done = await asyncio.gather(*background, return_exceptions=True)
+    sent = await flooding
+    await crowd
+    await asyncio.sleep(0.5)  # the last refusals arrive
+    errors = Counter(flooder.errors())
+    await flooder.close()
+    return {"hostile": dict(outcomes), "flood_sent": sent,
+            "flood_rate_limited": errors.get("rate_limited", 0),
+            "flood_replies": sum(1 for _t, kind, _p in flooder.events if kind == "turn.metrics")}
+
+
+def gateway_cpu(args) -> float | None:
+    """CPU seconds of the gateway so far (our own stack's only)."""
+    return cpu_seconds(args.gateway_pid) if getattr(args, "gateway_pid", None) else None
+
+
+async def window(base: str, callers: list[Caller], seconds: float, abuse: bool, args) -> dict[str, Any]:
+    attacker = None
+    if abuse:
+        attacker = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.bench_abuse", "--attack", base, "--hostile", str(args.hostile),
+            "--flood-rate", str(args.flood_rate), "--flood-token", args.flood_token,
+            "--reconnect-delay", str(args.reconnect_delay),
+            "--seconds", str(seconds + 3), cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+        await asyncio.sleep(2.0)  # the crowd is up before the window opens
+    cpu_before, started = gateway_cpu(args), time.perf_counter()
+    latencies, failures = await callers_taking_turns(callers, seconds)
+    cpu = None if cpu_before is None else (gateway_cpu(args) - cpu_before) / (time.perf_counter() - started)
     result: dict[str, Any] = {"phase": "abuse" if abuse else "quiet", "latencies": latencies,
-                              "failures": dict(failures)}
-    if flooder is not None:
-        errors = Counter(flooder.errors())
-        result.update(hostile=dict(outcomes), flood_sent=done[1] if isinstance(done[1], int) else None,
-                      flood_rate_limited=errors.get("rate_limited", 0),
-                      flood_replies=sum(1 for _t, kind, _p in flooder.events if kind == "turn.metrics"))
-        await flooder.close()
+                              "failures": dict(failures), "gateway_cores": cpu}
+    if attacker is not None:
+        out, _ = await attacker.communicate()
+        result.update(json.loads(out.decode().strip().splitlines()[-1]))
     return result
 
 
 def summary(windows: list[dict[str, Any]], phase: str) -> dict[str, Any]:
     mine = [w for w in windows if w["phase"] == phase]
     ms = [x * 1000 for w in mine for x in w["latencies"]]
+    cores = [w["gateway_cores"] for w in mine if w.get("gateway_cores") is not None]
     out: dict[str, Any] = {"turns": len(ms), "p50_ms": percentile(ms, 0.5), "p95_ms": percentile(ms, 0.95),
                            "max_ms": max(ms) if ms else None,
+                           "gateway_cores": sum(cores) / len(cores) if cores else None,
                            "failed_turns": sum(sum(w["failures"].values()) for w in mine)}
     if phase == "abuse":
         hostile: Counter = Counter()
@@ -282,17 +313,19 @@ def fmt(value: Any) -> str:
 
 
 def table(results: dict[str, Any]) -> str:
-    rows = ["phase   turns  p50 ms  p95 ms  max ms  failed  hostile sockets closed (code: n)   "
-            "flood sent / rate_limited / replied",
-            "------  -----  ------  ------  ------  ------  ---------------------------------   "
-            "-----------------------------------"]
+    rows = ["phase   turns  p50 ms  p95 ms  max ms  failed  gateway cores  "
+            "hostile sockets closed (code: n)   flood sent / rate_limited / replied",
+            "------  -----  ------  ------  ------  ------  -------------  "
+            "---------------------------------   -----------------------------------"]
     for phase in ("quiet", "abuse"):
         s = results[phase]
         hostile = ", ".join(f"{k}: {v}" for k, v in sorted(s.get("hostile_closes", {}).items())) or "-"
         flood_cell = (f"{s['flood_sent']} / {s['flood_rate_limited']} / {s['flood_replies']}"
                       if phase == "abuse" else "-")
+        cores = "-" if s["gateway_cores"] is None else f"{s['gateway_cores']:.2f}"
         rows.append(f"{phase:<6}  {s['turns']:>5}  {fmt(s['p50_ms']):>6}  {fmt(s['p95_ms']):>6}  "
-                    f"{fmt(s['max_ms']):>6}  {s['failed_turns']:>6}  {hostile:<33}   {flood_cell}")
+                    f"{fmt(s['max_ms']):>6}  {s['failed_turns']:>6}  {cores:>13}  "
+                    f"{hostile:<33}   {flood_cell}")
     target = results["target"]
     rows.append(f"target: abuse p95 <= {TARGET_RATIO:.0%} of quiet p95: {fmt(target['abuse_p95_ms'])} vs "
                 f"{fmt(target['limit_ms'])} ms -> {'met' if target['met'] else 'NOT MET'}")
@@ -313,7 +346,8 @@ async def run(args, base: str) -> dict[str, Any]:
         for caller in callers:
             await caller.close()
     results: dict[str, Any] = {"quiet": summary(windows, "quiet"), "abuse": summary(windows, "abuse"),
-                               "config": {k: v for k, v in vars(args).items() if "token" not in k}}
+                               "config": {k: v for k, v in vars(args).items()
+                                          if "token" not in k and k not in ("attack", "gateway_pid")}}
     quiet_p95, abuse_p95 = results["quiet"]["p95_ms"], results["abuse"]["p95_ms"]
     limit = quiet_p95 * TARGET_RATIO if quiet_p95 is not None else None
     results["target"] = {"abuse_p95_ms": abuse_p95, "limit_ms": limit,
@@ -332,14 +366,21 @@ def main() -> None:
     parser.add_argument("--flood-rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--reconnect-delay", type=float, default=1.0,
+                        help="a hostile socket reconnects this long after it was refused (0: at once)")
+    parser.add_argument("--attack", metavar="WS_BASE", help=argparse.SUPPRESS)  # the attacker's process
     args = parser.parse_args()
+    if args.attack:
+        print(json.dumps(asyncio.run(attack(args.attack, args))), flush=True)
+        return
     stack = None
     try:
         if args.gateway:
             base = args.gateway.rstrip("/")
         else:
             stack = Stack(ROOT / ".run" / "bench-abuse", quiet=False)
-            base = start_stack(stack).ws_base
+            started = start_stack(stack)
+            base, args.gateway_pid = started.ws_base, started.procs["gateway"].popen.pid
         results = asyncio.run(run(args, base))
     finally:
         if stack is not None:

@@ -154,7 +154,7 @@ class GatewaySettings(BaseSettings):
     twilio_user_id: str = "phone"
     # A Twilio stream without the secret in its URL must send `start` (with the secret as its
     # custom parameter) within this long, or it is closed with 4401. Until then it holds no
-    # session slot; at most max_unauthenticated such sockets wait at once (more: close 1013).
+    # session slot; at most max_unauthenticated such sockets wait at once (more: HTTP 503).
     twilio_start_timeout_s: float = 5.0
     max_unauthenticated: int = 64
     # Concurrent phone calls (the Twilio user's sessions); 0 = only the gateway's cap.

@@ -36,7 +36,8 @@ DECODERS = {"audio/pcmu": ulaw_to_pcm16, "audio/pcma": alaw_to_pcm16}
 ENCODERS = {"audio/pcmu": pcm16_to_ulaw, "audio/pcma": pcm16_to_alaw}
 # Our error codes as OpenAI error types.
 ERROR_TYPES = {"bad_request": "invalid_request_error", "payload_too_large": "invalid_request_error",
-               "not_found": "invalid_request_error", "rate_limited": "rate_limit_error"}
+               "not_found": "invalid_request_error", "rate_limited": "rate_limit_error",
+               "too_many_sessions": "rate_limit_error", "idle_timeout": "invalid_request_error"}
 # Silence that makes the endpointer close an open utterance (above STT_MIN_SILENCE_MS, 320).
 COMMIT_SILENCE_MS = 600
 

@@ -129,7 +129,8 @@ async def test_200_unauthenticated_twilio_sockets_are_refused_and_take_no_capaci
         "admitted callers answered": f"{len(latencies)} of {PER_USER} v1 + the phone call",
         "their turn ms": [round(x * 1000) for x in latencies],
         "active sessions during the attack": active, "readyz sessions": ready}
-    assert set(codes) <= {4401, 1013}, codes  # every one refused: bad secret, late, or no room to wait
+    # Every one refused: a bad secret or none in time (close 4401), or no room to wait (HTTP 503).
+    assert set(codes) <= {4401, 503}, codes
     assert sum(codes.values()) == 200
     assert max(s for _, s in outcomes) < START_TIMEOUT_S + 10  # none held open past its deadline
     assert phone_open and len(latencies) == PER_USER
