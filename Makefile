@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v clean
+.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v bench-turns clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh scripts/build-llama-server.sh
 	bash scripts/bootstrap.sh
@@ -55,6 +55,11 @@ bench-guard: setup
 ## and off, and booking changes through the model; per-stage p50/p95, table and JSON.
 bench-v2v: setup
 	$(PY) -m voicebot.bench_v2v $(ARGS)
+
+## End of turn: the end-of-turn model vs the fixed silence timer through the stack, in one run:
+## callers cut off by a thinking pause, endpoint delay, voice to voice, the model's own time.
+bench-turns: setup
+	$(PY) -m voicebot.bench_turns $(ARGS)
 
 bench-bargein: setup
 	$(PY) -m gateway.bench
