@@ -38,8 +38,9 @@ ENCODERS = {"audio/pcmu": pcm16_to_ulaw, "audio/pcma": pcm16_to_alaw}
 ERROR_TYPES = {"bad_request": "invalid_request_error", "payload_too_large": "invalid_request_error",
                "not_found": "invalid_request_error", "rate_limited": "rate_limit_error",
                "too_many_sessions": "rate_limit_error", "idle_timeout": "invalid_request_error"}
-# Silence that makes the endpointer close an open utterance (above STT_MIN_SILENCE_MS, 320).
-COMMIT_SILENCE_MS = 600
+# Silence that makes the endpointer close an open utterance: above STT_TURN_MAX_SILENCE_MS (1200),
+# the longest STT waits when its end-of-turn model says the caller has not finished.
+COMMIT_SILENCE_MS = 1500
 
 
 class RealtimeError(Exception):

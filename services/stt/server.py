@@ -203,6 +203,9 @@ class UtteranceSpans:
 
 
 def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
+    # First: a missing or corrupt end-of-turn model fails the start before Whisper loads.
+    turn = load_turn_scorer(settings.turn_model, settings.turn_model_path, settings.turn_model_sha256,
+                            settings.turn_workers, settings.turn_model_required)
     model_dir, multilingual = resolve_whisper_model(settings.model, settings.model_cache_dir)
     cores = os.cpu_count() or 1
     if settings.device == "cpu" and settings.cpu_threads * settings.workers > cores:
@@ -214,8 +217,6 @@ def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
         context=settings.context, context_language=settings.default_language,
     )
     vad = SileroVad(silero_vad_path(settings.vad_model_path))
-    turn = load_turn_scorer(settings.turn_model, settings.turn_model_path, settings.turn_model_sha256,
-                            settings.turn_workers, settings.turn_model_required)
     return SpeechToTextServicer(settings, engine, vad, turn)
 
 

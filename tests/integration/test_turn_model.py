@@ -1,0 +1,117 @@
+"""The real Smart Turn model: its verdicts on generated speech, through the real gRPC service, and
+a missing or corrupt model file.
+
+Speech is the packaged piper voice. A cut sentence is "My name is, Jordan Blake." up to its comma
+pause (piper's comma makes the voice go on, as a speaker who stops to think); the cases were chosen
+for a wide margin (the model's probability is near 1 for the complete ones, near 0 for the cut).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.stt.config import SttSettings
+from services.stt.turn_model import (
+    SmartTurnModel,
+    TurnModelError,
+    TurnScorer,
+    load_turn_scorer,
+    packaged_model_path,
+)
+from tests.audio import silence, speech
+from tests.fakes.engines import FakeSttEngine
+from tests.integration.test_stt_service import fake_stt  # noqa: F401 - the fixture
+from tests.stt_client import RecognizeCall
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cut_at_the_pause(text: str) -> np.ndarray:
+    audio = speech(text)
+    loud = np.where(np.abs(audio) > 0.02)[0]
+    gap = int(np.argmax(np.diff(loud)))
+    return audio[:loud[gap] + 80]
+
+
+@pytest.fixture(scope="module")
+def model() -> SmartTurnModel:
+    return SmartTurnModel(packaged_model_path())
+
+
+@pytest.mark.parametrize("text", ["What time do you close on Sundays?", "Do you have vegetarian dishes?"])
+def test_a_complete_sentence_scores_finished(model, text):
+    audio = np.concatenate([silence(200), speech(text), silence(160)])
+    assert model.probability(audio) > 0.7
+
+
+def test_a_sentence_cut_at_my_name_is_scores_not_finished(model):
+    audio = np.concatenate([silence(200), cut_at_the_pause("My name is, Jordan Blake."), silence(160)])
+    assert model.probability(audio) < 0.3
+
+
+async def test_the_service_ends_a_finished_turn_at_the_pause_and_holds_a_cut_one_to_the_limit(fake_stt):  # noqa: F811
+    settings = {"turn_text": False, "turn_threshold": 0.5, "turn_max_silence_ms": 1200}
+    addr, servicer = await fake_stt(engine=FakeSttEngine(), **settings)
+    servicer.turn = TurnScorer(SmartTurnModel(packaged_model_path()))
+    async with RecognizeCall(addr, language="en") as call:
+        # 400 ms of silence: past the pause (160 ms), far short of the limit; the model ends it.
+        question = speech("What time do you close on Sundays?")
+        await call.send(np.concatenate([silence(300), question, silence(400)]))
+        end = await asyncio.wait_for(call.until("eou"), 30)
+        assert end[2] == "model"
+        await call.send(np.concatenate([silence(300), cut_at_the_pause("My name is, Jordan Blake."),
+                                        silence(400)]))
+        await asyncio.sleep(1.0)  # the verdict on the pause is in: not finished
+        assert [r for r in call.records if r[0] == "eou"] == [end]
+        await call.send(silence(1000))  # the limit (1200 ms of silence) ends it anyway
+        cut = await asyncio.wait_for(call.until("eou"), 30)
+        assert cut[2] == "limit" and cut[-1] == 1
+    servicer.turn.shutdown()
+
+
+def test_a_missing_or_corrupt_model_names_its_path(tmp_path):
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(TurnModelError, match=str(missing)):
+        SmartTurnModel(missing)
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"not an onnx model")
+    with pytest.raises(TurnModelError, match="sha256"):
+        SmartTurnModel(corrupt)
+    with pytest.raises(TurnModelError, match="could not be loaded"):
+        SmartTurnModel(corrupt, sha256="")
+
+
+def test_a_broken_model_falls_back_to_the_timer_when_so_configured(tmp_path, caplog):
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"not an onnx model")
+    assert load_turn_scorer("smart-turn", str(corrupt), "", 1, required=False) is None
+    assert "silence timer" in caplog.text
+    with pytest.raises(TurnModelError):
+        load_turn_scorer("smart-turn", str(corrupt), "", 1, required=True)
+    assert load_turn_scorer("off", str(corrupt), "", 1, required=True) is None
+
+
+def test_the_service_refuses_to_start_on_a_missing_model_with_a_clear_message(tmp_path):
+    missing = tmp_path / "missing.onnx"
+    env = {**os.environ, "STT_TURN_MODEL_PATH": str(missing), "STT_PORT": "0", "STT_METRICS_PORT": "0"}
+    done = subprocess.run([sys.executable, "-m", "services.stt.server"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"stt cannot start: end-of-turn model {missing} does not exist" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_settings_keep_the_pause_below_the_timer_below_the_limit():
+    with pytest.raises(ValueError, match="STT_TURN_PAUSE_MS"):
+        SttSettings(turn_pause_ms=400)
+    assert SttSettings(turn_languages="en,de").turn_threshold_for("ko") is None
+    assert SttSettings(turn_thresholds={"de": 0.7}).turn_threshold_for("de") == 0.7
+    assert SttSettings(turn_model="off").turn_threshold_for("en") is None
