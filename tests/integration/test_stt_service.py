@@ -62,7 +62,8 @@ async def test_one_utterance_gives_started_end_and_one_final(services):
     assert kinds(records) == ["started", "eou", "final"]
     started, eou, final = records
     assert 250 <= started[1] <= 600  # onset near 400 ms (pre-roll and frame granularity)
-    assert eou[2] == "silence" and eou[1] > started[1]
+    # Sent faster than real time, the end-of-turn model's verdict may land after the half-close.
+    assert eou[2] in ("model", "limit", "end_of_stream") and eou[1] > started[1]
     assert "table" in final[1].lower()
 
 
