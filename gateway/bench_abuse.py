@@ -198,14 +198,15 @@ async def hostile_socket(base: str, kind: str, hold_s: float) -> tuple[int | Non
 
 async def hostile_crowd(base: str, count: int, stop: asyncio.Event, outcomes: Counter,
                         reconnect_s: float = 1.0) -> None:
-    """``count`` hostile sockets held up until ``stop``: each reconnects ``reconnect_s`` after it
-    is closed (the 503's Retry-After; 0: at once, a connection-rate flood)."""
+    """``count`` hostile sockets held up until ``stop``: each reconnects about ``reconnect_s``
+    after it is closed (the 503's Retry-After, ±50 %: sockets of their own, not one wave; 0: at
+    once, a connection-rate flood)."""
 
     async def one(kind: str) -> None:
         while not stop.is_set():
             code, _ = await hostile_socket(base, kind, hold_s=30)
             outcomes[str(code)] += 1
-            await asyncio.sleep(reconnect_s)
+            await asyncio.sleep(reconnect_s * random.uniform(0.5, 1.5))
 
     tasks = [asyncio.create_task(one(HOSTILE_KINDS[i % len(HOSTILE_KINDS)])) for i in range(count)]
     await stop.wait()
