@@ -73,10 +73,12 @@ class SttSettings(ServiceSettings):
     turn_model_sha256: str = SMART_TURN_SHA256  # empty: not checked (a model of your own)
     # false: a missing or corrupt model logs a warning and every stream uses the timer.
     turn_model_required: bool = True
-    # 128 ms and 0.1, not Smart Turn's usual 200 ms and 0.5 (make bench-turns): on generated voices
-    # the model is unsure of many complete questions (espeak's flat prosody), while the pause's
-    # words already hold back a sentence that goes on; endpoint p50 269 vs 331 ms, no more cut-offs.
-    turn_pause_ms: int = 128
+    # 256 ms: a comma inside a fluent sentence is a pause of about 200 ms ("Hello, | can you
+    # hear me"), and the model, unsure at a comma, would end the turn there; a thinking pause is
+    # longer and is what the model and the pause's words hold. 0.1, not Smart Turn's usual 0.5:
+    # on generated voices the model is unsure of many complete questions (flat prosody), while
+    # the pause's words already hold back a sentence that goes on (make bench-turns).
+    turn_pause_ms: int = 256
     turn_max_silence_ms: int = 1200
     turn_threshold: float = Field(0.1, ge=0.0, le=1.0)
     # Per-language thresholds over turn_threshold, JSON: {"de": 0.6}.
