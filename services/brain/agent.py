@@ -447,7 +447,7 @@ class Agent:
 
         decision = await self.conversation.decide(turn.state, request.text, request.turn_id,
                                                   turn.last_turn(), read, turn.guard_asked.wait,
-                                                  dict(request.session_context))
+                                                  dict(request.session_context), request.previous_reply)
         self._record_decision(turn, decision)
         if decision.fallback:
             LLM_FALLBACKS.inc()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from services.brain.profile import Sentences
     from services.brain.session_store import Turn
     from services.brain.state import PendingAction
+    from voicebot.v1.brain_pb2 import SpokenPart
 
 
 class Answer(StrEnum):
@@ -86,9 +87,14 @@ def _words(text: str) -> str:
     return " ".join(re.sub(r"[^\w]+", " ", speakable(text).lower()).split())
 
 
-def heard_in_full(action: PendingAction, last_turn: Turn | None) -> bool:
-    """The read-back was the bot's last turn, and the caller heard all of the action in it
-    (a "yes" over the closing question is fine; one over the details is not)."""
+def heard_in_full(action: PendingAction, last_turn: Turn | None, report: SpokenPart | None) -> bool:
+    """The read-back was the bot's last turn, and the gateway's report of that reply (what was
+    played, or the text delivered to a text-only client) holds all of the action (a "yes" over
+    the closing question is fine; one over the details is not). The report is the only
+    evidence: without one (a resumed session, a client that reported nothing) the caller may
+    have heard nothing of it, and a yes gets the read-back again."""
     if last_turn is None or last_turn.turn_id != action.read_back_turn:
         return False
-    return not last_turn.interrupted or _words(action.action) in _words(last_turn.assistant)
+    if report is None or report.turn_id != action.read_back_turn:
+        return False
+    return f" {_words(action.action)} " in f" {_words(report.text)} "

@@ -4,9 +4,9 @@
 action to run (only after a plain yes to its read-back), or a handoff. The order:
 
 1. a request for a person hands off, from anywhere;
-2. with an action read back: a plain yes runs it (if its read-back was just heard in
-   full); a bare no drops it and asks what to change; a question or hedge hears the
-   read-back again; anything else is read for new values (a change: a new read-back);
+2. with an action read back: a plain yes runs it (if the gateway reported the read-back, the
+   last reply, heard in full); a bare no drops it and asks what to change; a question or
+   hedge hears the read-back again; anything else is read for new values (a new read-back);
 3. the words are read (rules, embeddings, the model under a schema: ``reading.py``);
 4. a task's values go into its form and code takes the next step (``form.py``);
 5. a question is answered from the business's knowledge only (``answers.py``);
@@ -29,6 +29,7 @@ from services.brain.profile import Profile
 from services.brain.reading import OTHER, QUESTION, Reader, Reading, is_question, rule_values
 from services.brain.session_store import Turn
 from services.brain.state import PendingAction, SessionState
+from voicebot.v1.brain_pb2 import SpokenPart
 
 _GREETING = re.compile(r"^(?:hi|hello|hey|good (?:morning|afternoon|evening)|hiya|yo)\b", re.I)
 _THANKS = re.compile(r"^(?:(?:ok(?:ay)?|great|perfect|cool),?\s+)?(?:thanks|thank you|cheers|bye|goodbye|"
@@ -75,14 +76,16 @@ class Conversation:
 
     async def decide(self, state: SessionState, text: str, turn_id: str, last_turn: Turn | None,
                      read: ReadTool, before_model: Callable[[], Awaitable[Any]] | None = None,
-                     call_context: dict[str, str] | None = None) -> Decision:
+                     call_context: dict[str, str] | None = None, heard: SpokenPart | None = None) -> Decision:
+        """``heard``: the gateway's report of what the caller heard of the last reply (the only
+        evidence that a read-back was heard)."""
         self.call_context = dict(call_context or {})
         if asks_for_human(text):
             return Decision(self.sentences.handoff, handoff="caller_request")
         answer = Answer.OTHER
         if state.pending is not None:
             answer = answer_to_read_back(text)
-            decided = self._answer_to_read_back(state, answer, turn_id, last_turn)
+            decided = self._answer_to_read_back(state, answer, turn_id, last_turn, heard)
             if decided is not None:
                 return decided
         reading = await self.read(state, text, before_model)
@@ -96,11 +99,11 @@ class Conversation:
 
     # ---- 2. the answer to a read-back ------------------------------------------------
     def _answer_to_read_back(self, state: SessionState, answer: Answer, turn_id: str,
-                             last_turn: Turn | None) -> Decision | None:
+                             last_turn: Turn | None, heard: SpokenPart | None) -> Decision | None:
         pending = state.pending
         assert pending is not None
         if answer is Answer.YES:
-            if heard_in_full(pending, last_turn):
+            if heard_in_full(pending, last_turn, heard):
                 return Decision(run=pending)
             return self._read_back_again(state, turn_id)
         if answer is Answer.NO:

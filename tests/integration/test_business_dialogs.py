@@ -67,13 +67,19 @@ def reads_the_reason(body):
 class Caller:
     def __init__(self, agent: Agent) -> None:
         self.agent, self.session, self.turns = agent, uuid.uuid4().hex, 0
+        self.last = ""  # the last reply, as the gateway would play it
         self.name = "N" + "".join(chr(ord("a") + int(c, 16) % 26) for c in uuid.uuid4().hex[:6])
 
     async def say(self, text: str) -> str:
+        # The gateway's report: the caller heard all of the previous reply.
+        previous = brain_pb2.SpokenPart(turn_id=f"t{self.turns}", text=self.last) if self.turns else None
         self.turns += 1
         request = brain_pb2.RespondRequest(session_id=self.session, turn_id=f"t{self.turns}",
-                                           user_id="alice", text=text.replace("NAME", self.name))
+                                           user_id="alice", text=text.replace("NAME", self.name),
+                                           previous_reply=previous)
         events = [event async for event in self.agent.respond(request)]
+        self.last = "".join(e.delta.text or e.blocked.text for e in events
+                            if e.WhichOneof("event") in ("delta", "blocked"))
         return "".join(e.delta.text for e in events if e.WhichOneof("event") == "delta")
 
 

@@ -63,12 +63,19 @@ class Caller:
         self.events: list[brain_pb2.RespondEvent] = []
 
     async def say(self, text: str, ahead: ReadAhead | None = None, context: dict | None = None) -> str:
+        # The gateway's report: the caller heard all of the previous reply.
+        previous = brain_pb2.SpokenPart(turn_id=f"t{self.turns}", text=self.played()) if self.turns else None
         self.turns += 1
         request = brain_pb2.RespondRequest(session_id=self.session, turn_id=f"t{self.turns}",
                                            user_id="alice", text=text.replace("NAME", self.name),
-                                           session_context=context or {})
+                                           session_context=context or {}, previous_reply=previous)
         self.events = [event async for event in self.agent.respond(request, ahead=ahead)]
         return "".join(e.delta.text for e in self.events if e.WhichOneof("event") == "delta")
+
+    def played(self) -> str:
+        """The last reply as the gateway plays it: its text, or the guard's blocked sentence."""
+        return "".join(e.delta.text or e.blocked.text for e in self.events
+                       if e.WhichOneof("event") in ("delta", "blocked"))
 
     async def state(self):
         return (await self.agent.store.load("alice", self.session)).state

@@ -73,16 +73,24 @@ def desk_reader(body):
 class Caller:
     def __init__(self, agent: Agent, session: str | None = None) -> None:
         self.agent, self.session, self.turns = agent, session or uuid.uuid4().hex, 0
+        self.last: tuple[str, str] | None = None  # the last reply: (turn id, text)
+
+    def report(self, heard_only: str | None = None) -> brain_pb2.SpokenPart | None:
+        """The gateway's report of the last reply: heard to the end, or ``heard_only`` these words
+        of it (cut off by a barge-in or a failure)."""
+        if self.last is None:
+            return None
+        turn_id, text = self.last
+        heard = text if heard_only is None else heard_only
+        return brain_pb2.SpokenPart(turn_id=turn_id, text=heard, interrupted=heard_only is not None)
 
     async def say(self, text: str, heard_only: str | None = None) -> list[brain_pb2.RespondEvent]:
-        """``heard_only``: the caller cut the previous reply off after these words (barge-in)."""
         self.turns += 1
-        previous = None
-        if heard_only is not None:
-            previous = brain_pb2.SpokenPart(turn_id=f"t{self.turns - 1}", text=heard_only, interrupted=True)
-        request = brain_pb2.RespondRequest(session_id=self.session, turn_id=f"t{self.turns}",
-                                           user_id="alice", text=text, previous_reply=previous)
-        return [event async for event in self.agent.respond(request)]
+        request = brain_pb2.RespondRequest(session_id=self.session, turn_id=f"t{self.turns}", user_id="alice",
+                                           text=text, previous_reply=self.report(heard_only))
+        events = [event async for event in self.agent.respond(request)]
+        self.last = (request.turn_id, reply_text(events))
+        return events
 
     async def state(self):
         return (await self.agent.store.load("alice", self.session)).state
@@ -113,6 +121,11 @@ async def desk(helpdesk, redis_url, scripted_llm, monkeypatch):
 
 def spoken(events):
     return "".join(e.delta.text for e in events if e.WhichOneof("event") == "delta")
+
+
+def reply_text(events):
+    """What the gateway would play: the text of the deltas, or the blocked sentence."""
+    return spoken(events) + "".join(e.blocked.text for e in events if e.WhichOneof("event") == "blocked")
 
 
 def final(events):
@@ -205,6 +218,36 @@ async def test_a_yes_over_the_closing_question_runs_what_was_heard(desk):
     heard = spoken(events).removesuffix(" Shall I go ahead?")
     await caller.say("yes", heard_only=heard)
     assert len(helpdesk.writes()) == 1
+
+
+async def test_a_yes_when_only_the_closing_question_was_played_gets_the_read_back_again(desk):
+    """TTS failed on the read-back's first sentence: the caller heard "Shall I go ahead?" alone."""
+    caller, helpdesk, _ = desk
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    said = spoken(await caller.say("yes", heard_only="Shall I go ahead?"))
+    assert said.startswith("Just to be sure: open a high priority ticket") and helpdesk.writes() == []
+    await caller.say("yes")
+    assert len(helpdesk.writes()) == 1
+
+
+async def test_a_yes_without_a_report_of_the_read_back_gets_it_read_back_again(desk):
+    """A resumed session (a new socket, a restarted gateway) has no record of what was played:
+    nothing says the read-back was heard."""
+    caller, helpdesk, _ = desk
+    await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    resumed = brain_pb2.RespondRequest(session_id=caller.session, turn_id="t2", user_id="alice", text="yes")
+    said = spoken([event async for event in caller.agent.respond(resumed)])
+    assert said.startswith("Just to be sure: open a high priority ticket") and helpdesk.writes() == []
+
+
+async def test_a_report_of_another_reply_is_no_evidence_for_the_read_back(desk):
+    caller, helpdesk, _ = desk
+    events = await caller.say("The printer on floor two is jammed, please open a high priority ticket.")
+    other = brain_pb2.SpokenPart(turn_id="t0", text=reply_text(events))
+    request = brain_pb2.RespondRequest(session_id=caller.session, turn_id="t2", user_id="alice", text="yes",
+                                       previous_reply=other)
+    [event async for event in caller.agent.respond(request)]
+    assert helpdesk.writes() == []
 
 
 async def test_a_bare_no_drops_the_action_and_asks_what_to_change(desk):
@@ -322,7 +365,7 @@ async def preemptive(caller: Caller, text: str):
     """Start a turn that is not committed yet; returns (events so far, task, committed)."""
     caller.turns += 1
     request = brain_pb2.RespondRequest(session_id=caller.session, turn_id=f"t{caller.turns}",
-                                       user_id="alice", text=text)
+                                       user_id="alice", text=text, previous_reply=caller.report())
     committed, events = asyncio.Event(), []
 
     async def run():
