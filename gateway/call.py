@@ -88,6 +88,11 @@ class ActiveTurn:
     announced: bool = False  # audio.start went out
     interrupted: bool = False
     timings: TurnTimings | None = None  # a turn through the brain (not a fallback's)
+    # A session that asked for text only: the reply's text as it went to the client (None: voice).
+    delivered: list[str] | None = None
+    outcome: str = ""  # "completed" or "error" once the turn ended by itself
+    # What was heard, fixed when the turn was cut off (the client stopped playing then).
+    record: brain_pb2.SpokenPart | None = None
 
     def heard_ms_reported(self, now: float) -> float | None:
         """The client's position now: its report plus the time since, while it had audio."""
@@ -96,6 +101,26 @@ class ActiveTurn:
         if self.played_stopped:
             return self.played_ms
         return self.played_ms + (now - self.played_at) * 1000
+
+    def report(self, now: float, slack_ms: float) -> brain_pb2.SpokenPart | None:
+        """What the person heard of this reply, for the brain: the audio played (the client's own
+        position where it reports one, else what was sent less what it still buffers), or the
+        text delivered to a text-only session. ``interrupted`` whenever that is not the whole
+        reply (a barge-in, a failure, a sentence TTS could not speak); the brain then keeps only
+        the heard part, and a read-back counts as heard only from the words reported here."""
+        if not self.text:
+            return None  # a fallback with no turn around it answers nothing
+        if self.record is not None:
+            return self.record
+        if self.delivered is not None:
+            heard, whole = "".join(self.delivered).strip(), True
+        else:
+            played = self.heard_ms_reported(now)
+            heard = self.spoken.spoken_text(played, now)
+            whole = self.spoken.heard_all(played, now, slack_ms)
+        whole = whole and self.outcome == "completed" and not self.interrupted
+        return brain_pb2.SpokenPart(turn_id=self.turn_id, text=heard, interrupted=not whole,
+                                    user_text="" if whole else self.text)
 
     def audible(self, now: float) -> bool:
         """The reply is being made or heard (and was not interrupted)."""
@@ -132,6 +157,8 @@ class TurnChannel:
         return not self.turn.interrupted and self.call.turn is self.turn
 
     async def event(self, kind: str, **fields: Any) -> None:
+        if kind == "reply.delta" and self.turn.delivered is not None:
+            self.turn.delivered.append(fields["text"])  # a text-only session reads what it was sent
         await self.call.send_event(kind, **fields)
 
     async def audio(self, frame: bytes, start: bool = False) -> bool:
@@ -174,7 +201,9 @@ class Call:
         self.session: SessionStart | None = None
         self.session_id: str | None = None
         self.turn: ActiveTurn | None = None
-        self.previous_reply: brain_pb2.SpokenPart | None = None
+        # The turn whose report (what was heard of it) the next brain request carries.
+        self._reported: ActiveTurn | None = None
+        self.text_only = False  # the session asked for text replies only: no TTS, no audio
         self._send_lock = asyncio.Lock()
         self._send_together: ws_direct.SendTogether | None = None  # set in run() where the server has it
         self._stt: SttLink | None = None
@@ -203,6 +232,13 @@ class Call:
         # When the client last sent anything (perf_counter), for GATEWAY_IDLE_TIMEOUT_S.
         self._input_at = time.perf_counter()
         self._idle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def previous_reply(self) -> brain_pb2.SpokenPart | None:
+        """The report of the last reply, made when a request takes it (its audio has played by
+        then, or the turn was cut off and its record fixed)."""
+        turn = self._reported
+        return None if turn is None else turn.report(time.perf_counter(), self.settings.output_frame_ms)
 
     # ---- the wire (protocol v1; overridden by other protocols) ---------
     def wire_event(self, kind: str, fields: dict[str, Any]) -> list[str]:
@@ -362,14 +398,10 @@ class Call:
         if turn is None:
             return False
         self.played(turn, played_ms)
-        previous = self.previous_reply
         turn.played_stopped = True  # playback stopped there: no time is added to it
-        cut = played_ms < turn.spoken.sent_ms - self.settings.output_frame_ms
-        ours = previous is not None and previous.turn_id == turn_id and bool(turn.text)
-        if ours and (previous.interrupted or cut):
-            self.previous_reply = brain_pb2.SpokenPart(
-                turn_id=turn_id, text=turn.spoken.spoken_text(played_ms), interrupted=True,
-                user_text=turn.text)
+        if turn.record is not None:  # cut off already: the client's figure replaces the estimate
+            turn.record = None
+            turn.record = turn.report(time.perf_counter(), self.settings.output_frame_ms)
         return True
 
     async def _start_session(self, start: SessionStart) -> None:
@@ -377,11 +409,12 @@ class Call:
             raise ProtocolError("bad_request", "session already started")
         session_id = await self._open_session(start.session_id)
         self.session, self.session_id = start, session_id
-        if self.fallback is not None:
+        self.text_only = start.output == "text"
+        if self.fallback is not None and not self.text_only:
             self.fallback.warm(start.language)
         await self.send_event(
             "session.started", session_id=session_id,
-            audio={"encoding": "pcm16", "sample_rate": self.output_rate},
+            audio={"encoding": "pcm16", "sample_rate": self.output_rate}, output=start.output,
         )
 
     async def _open_session(self, session_id: str | None) -> str:
@@ -725,7 +758,8 @@ class Call:
             self.session_id, self.user_id, turn_id, text, self.session.language,
             self.output_rate, context=self.session_context,
         )
-        turn = ActiveTurn(turn_id, text, transcribed, spoken, self._new_playout(spoken), timings=timings)
+        turn = ActiveTurn(turn_id, text, transcribed, spoken, self._new_playout(spoken), timings=timings,
+                          delivered=[] if self.text_only else None)
         if standby is None and self._standby is not None and self._standby[1].read_ahead:
             self._take_standby(None)  # a typed turn during speech: that read may be stale by its turn
         self._recent[turn_id] = turn
@@ -762,7 +796,7 @@ class Call:
                     timings: TurnTimings, transcribed: bool, start: TurnStart) -> str:
         await self._end_previous(previous)
         runner = self._runner(turn)
-        brain_call = self._send_brain(runner, request, timings, start)
+        brain_call = self._send_brain(turn, runner, request, timings, start)
         # The brain starts before transcript.final goes out (no reply.delta can precede it: the
         # call's events are read only in runner.run).
         try:
@@ -777,13 +811,15 @@ class Call:
             brain_call.cancel()  # interrupted before the turn could take the call
             raise
         try:
-            reply = await runner.run(request, timings, turn.spoken, turn.playout, brain_call, start.standby)
+            await runner.run(request, timings, turn.spoken, turn.playout, brain_call, start.standby,
+                             speak=not self.text_only)
         except asyncio.CancelledError:
             TURNS.labels("interrupted").inc()
             if timings.first_audio is not None:
                 timings.observe(trace_id_hex())  # its latency was real even if the reply was cut short
             raise
         except TurnFailed as exc:
+            turn.outcome = "error"
             TURNS.labels("error").inc()
             log.warning("turn failed", extra={"turn_id": request.turn_id, "stage": exc.stage,
                                               "code": exc.code.name, "detail": exc.details})
@@ -792,18 +828,19 @@ class Call:
             await self._speak_fallback(turn, runner, "unavailable", exc.stage)
             await self.on_turn_over(turn, "error")
             return "error"
+        turn.outcome = "completed"
         TURNS.labels("completed").inc()
-        if not turn.interrupted:
-            self.previous_reply = brain_pb2.SpokenPart(turn_id=request.turn_id, text=reply)
         await self.send_event("turn.metrics", turn_id=request.turn_id, ms=timings.observe(trace_id_hex()))
         await self.on_turn_over(turn, "completed")
         return "completed"
 
-    def _send_brain(self, runner: TurnRunner, request: TurnRequest, timings: TurnTimings,
+    def _send_brain(self, turn: ActiveTurn, runner: TurnRunner, request: TurnRequest, timings: TurnTimings,
                     start: TurnStart):
         """The turn's brain call, its request sent once the previous turn is over: its preemptive
-        reply committed, or the request down the calls opened at the onset, or on a new call."""
-        request.previous_reply, self.previous_reply = self.previous_reply, None
+        reply committed, or the request down the calls opened at the onset, or on a new call.
+        The request reports what was heard of the last reply; this one's report goes with the
+        next request, however it ends (a failed reply is reported too: as far as it was heard)."""
+        request.previous_reply, self._reported = self.previous_reply, turn
         if start.early is not None:
             if start.standby is not None:
                 start.standby.release_brain()
@@ -818,6 +855,10 @@ class Call:
     async def _speak_fallback(self, turn: ActiveTurn, runner: TurnRunner, kind: str, failed: str) -> None:
         """After the error event: the fallback sentence, paced after whatever of the reply went out."""
         assert self.session is not None
+        turn.playout.stop()  # what the failed reply left unsent is moot now
+        turn.spoken.cut()  # and was never heard: the fallback's audio is none of the reply's words
+        if self.text_only:
+            return  # a session that asked for text gets no audio: the error event told it
         if self.fallback is not None:
             pcm, source = self.fallback.audio(kind, self.session.language)
             if self.fallback.sample_rate != self.output_rate:  # prepared at the gateway's rate
@@ -826,7 +867,6 @@ class Call:
         else:
             pcm, source = chime(self.output_rate), "tone"
         FALLBACKS.labels(failed, source).inc()
-        turn.playout.stop()  # what the failed reply left unsent is moot now
         turn.playout = self._new_playout(turn.spoken)
         await runner.speak(pcm, turn.playout)
 
@@ -851,11 +891,9 @@ class Call:
             return
         turn.interrupted = True
         turn.playout.stop()
-        now = time.perf_counter()
-        heard = turn.spoken.spoken_text(turn.heard_ms_reported(now), now)
+        turn.record = turn.report(time.perf_counter(), self.settings.output_frame_ms)
         if turn.text:  # a fallback turn answers nothing: it leaves no record for the brain
-            self.previous_reply = brain_pb2.SpokenPart(turn_id=turn.turn_id, text=heard, interrupted=True,
-                                                       user_text=turn.text)
+            self._reported = turn
         if turn.announced:
             await self.send_event("interrupt", turn_id=turn.turn_id)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SUPPORTED_RATES = (8000, 16000, 24000, 48000)
+OUTPUTS = ("audio", "text")
 
 
 class ProtocolError(Exception):
@@ -25,6 +26,8 @@ class SessionStart:
     session_id: str | None
     language: str
     sample_rate: int
+    # "text": the replies come as text events only (a chat client): no TTS, no audio.
+    output: str = "audio"
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,10 @@ def _session_start(message: dict[str, Any], _limit: int) -> SessionStart:
         raise ProtocolError(
             "bad_request", f"audio.sample_rate must be one of {list(SUPPORTED_RATES)}"
         )
-    return SessionStart(session_id, language.lower(), int(rate))
+    output = message.get("output", "audio")
+    if output not in OUTPUTS:
+        raise ProtocolError("bad_request", "output must be 'audio' or 'text'")
+    return SessionStart(session_id, language.lower(), int(rate), output)
 
 
 def _input_text(message: dict[str, Any], limit: int) -> InputText:

@@ -34,6 +34,8 @@ class SessionStart(Message):
     session_id: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     language: Annotated[str, Field(min_length=2, max_length=8)] = "en"
     audio: AudioFormat = AudioFormat()
+    # "text": replies as text events only (no TTS, no audio.*); what was sent counts as heard.
+    output: Literal["audio", "text"] = "audio"
 
 
 class InputText(Message):
@@ -56,6 +58,7 @@ class SessionStarted(Message):
     type: Literal["session.started"]
     session_id: str
     audio: AudioFormat
+    output: Literal["audio", "text"] = "audio"
 
 
 class TranscriptPartial(Message):

@@ -120,14 +120,16 @@ class TurnRunner:
         self.sentence_with_audio = sentence_with_audio
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
-                  playout: Playout, brain_call=None, standby: StandbyCalls | None = None) -> str:
+                  playout: Playout, brain_call=None, standby: StandbyCalls | None = None,
+                  speak: bool = True) -> str:
         """Run the turn to completion; returns the reply text. Raises TurnFailed.
 
         Three tasks: brain deltas go to the client and into the TTS stream as they
         arrive (joined into phrases); TTS audio goes into the playout as it arrives; the
         playout sends it at real-time pace. A failure or a cancel of any ends all three;
         after a failure the playout is neither ended nor stopped (no ``audio.end``): the
-        caller says what failed and then speaks a fallback on the same turn.
+        caller says what failed and then speaks a fallback on the same turn. ``speak``
+        False (a session that asked for text only): the brain's text alone, no TTS call.
         """
         # ``brain_call``: one ``start_brain`` made, or a reply already started before the endpoint
         # and now committed (gateway/preemptive.py); its first words may be waiting in it already.
@@ -136,6 +138,8 @@ class TurnRunner:
         elif timings.brain_request is None:
             timings.brain_request = time.perf_counter()
         texts: asyncio.Queue[str | None] = asyncio.Queue()
+        if not speak:
+            return await self._text_only(brain_call, req.turn_id, texts, timings, standby)
 
         async def tts_requests():
             yield tts_pb2.SynthesizeRequest(config=tts_pb2.SynthesisConfig(
@@ -168,6 +172,17 @@ class TurnRunner:
             # Interrupted or failed: neither upstream keeps working for nothing.
             brain_call.cancel()
             tts_call.cancel()
+        return "".join(reply)
+
+    async def _text_only(self, brain_call, turn_id: str, texts: asyncio.Queue, timings: TurnTimings,
+                         standby: StandbyCalls | None) -> str:
+        reply: list[str] = []
+        bound_s = self.timeout_s if standby is not None else None
+        try:
+            await _stage("brain", partial(self._pump_brain, brain_call, turn_id, texts, timings, reply),
+                         bound_s)
+        finally:
+            brain_call.cancel()
         return "".join(reply)
 
     def start_brain(self, req: TurnRequest, timings: TurnTimings, standby: StandbyCalls | None = None):
@@ -240,6 +255,8 @@ class TurnRunner:
                     spoken.sentence_started(event.audio.sentence.text)
                 spoken.audio_received(len(event.audio.pcm16))
                 playout.feed(event.audio.pcm16)
+            elif kind == "sentence_done":
+                spoken.sentence_done()
             elif kind == "error":
                 spoken.sentence_failed()
                 log.warning("tts sentence failed", extra={"turn_id": turn_id,
