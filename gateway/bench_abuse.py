@@ -105,13 +105,14 @@ class Caller:
     _reader: asyncio.Task | None = None
 
     @classmethod
-    async def open(cls, base: str, token: str, session_id: str | None = None) -> Caller:
+    async def open(cls, base: str, token: str, session_id: str | None = None, **start: Any) -> Caller:
+        """``start``: more fields of ``session.start`` (``output="text"``)."""
         ws = await websockets.connect(f"{base}/v1/call", max_size=2**22, open_timeout=30,
                                       additional_headers={"Authorization": f"Bearer {token}"})
         caller = cls(ws)
         caller._reader = asyncio.create_task(caller._read())
         await caller.send({"type": "session.start", "session_id": session_id, "language": "en",
-                           "audio": {"encoding": "pcm16", "sample_rate": 16000}})
+                           "audio": {"encoding": "pcm16", "sample_rate": 16000}, **start})
         got = await caller.wait_for(("session.started", "error"), timeout=30)
         if got[1] == "session.started":
             caller.session_id = got[2]["session_id"]

@@ -41,6 +41,7 @@ ERROR_TYPES = {"bad_request": "invalid_request_error", "payload_too_large": "inv
 # Silence that makes the endpointer close an open utterance: above STT_TURN_MAX_SILENCE_MS (1200),
 # the longest STT waits when its end-of-turn model says the caller has not finished.
 COMMIT_SILENCE_MS = 1500
+MODALITIES = ("text", "audio")
 
 
 class RealtimeError(Exception):
@@ -66,6 +67,11 @@ class Response:
     audio_done: bool = False
     text_done: bool = False
     failed: bool = False
+    text_only: bool = False  # output_modalities ["text"]: an output_text part, no audio
+
+    @property
+    def modalities(self) -> list[str]:
+        return ["text"] if self.text_only else ["audio"]
 
     @property
     def id(self) -> str:
@@ -143,6 +149,7 @@ class RealtimeCall(Call):
         voice = out.get("voice", session.get("voice"))
         if voice is not None and not isinstance(voice, str):
             raise RealtimeError("voice must be a string", param="session.audio.output.voice")
+        self.text_only = _text_only(session, self.text_only)
         await self._reconfigure(in_fmt or self.input_format, out_fmt or self.output_format,
                                 (language or self.language).lower())
         self.voice = voice or self.voice
@@ -282,16 +289,16 @@ class RealtimeCall(Call):
         response = self._response
         assert response is not None
         response.transcript += fields["text"]
-        return [*out, json.dumps(self._part(response, "response.output_audio_transcript.delta",
-                                            delta=fields["text"]))]
+        kind = ("response.output_text.delta" if response.text_only
+                else "response.output_audio_transcript.delta")
+        return [*out, json.dumps(self._part(response, kind, delta=fields["text"]))]
 
     def _reply_done(self, fields: dict[str, Any]) -> list[str]:
         response = self._response
         if response is None or response.turn_id != fields["turn_id"]:
             return []
         response.transcript, response.text_done = fields["text"], True
-        return [json.dumps(self._part(response, "response.output_audio_transcript.done",
-                                      transcript=fields["text"]))]
+        return [self._text_done(response)]
 
     def _audio_start(self, fields: dict[str, Any]) -> list[str]:
         return self._open_response(fields["turn_id"])
@@ -345,7 +352,7 @@ class RealtimeCall(Call):
         if self._response is not None and self._response.turn_id == turn_id:
             return []
         out = self._close_response("cancelled", "turn_detected") if self._response is not None else []
-        response = self._response = Response(turn_id)
+        response = self._response = Response(turn_id, text_only=self.text_only)
         item = {"id": response.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
                 "status": "in_progress", "content": []}
         out.append(json.dumps({"type": "response.created", "event_id": new_id("event"),
@@ -356,7 +363,7 @@ class RealtimeCall(Call):
                                "previous_item_id": self._last_item, "item": item}))
         out.append(json.dumps({"type": "response.content_part.added", "event_id": new_id("event"),
                                "response_id": response.id, "item_id": response.item_id, "output_index": 0,
-                               "content_index": 0, "part": {"type": "audio", "transcript": ""}}))
+                               "content_index": 0, "part": self._content(response, "")}))
         self._last_item = response.item_id
         return out
 
@@ -366,15 +373,14 @@ class RealtimeCall(Call):
         if response is None:
             return []
         item_status = "completed" if status == "completed" else "incomplete"
-        part = {"type": "audio", "transcript": response.transcript}
-        content = [{"type": "output_audio", "transcript": response.transcript}]
+        part = self._content(response, response.transcript)
+        content = [{**part, "type": "output_text" if response.text_only else "output_audio"}]
         item = {"id": response.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
                 "status": item_status, "content": content}
         out = []
         if not response.text_done:
-            out.append(json.dumps(self._part(response, "response.output_audio_transcript.done",
-                                             transcript=response.transcript)))
-        if not response.audio_done:
+            out.append(self._text_done(response))
+        if not response.audio_done and not response.text_only:
             out.append(json.dumps(self._part(response, "response.output_audio.done")))
         out.append(json.dumps(self._part(response, "response.content_part.done", part=part)))
         out.append(json.dumps({"type": "response.output_item.done", "event_id": new_id("event"),
@@ -385,6 +391,15 @@ class RealtimeCall(Call):
         out.append(json.dumps({"type": "response.done", "event_id": new_id("event"), "response": body}))
         return out
 
+    def _content(self, response: Response, text: str) -> dict[str, Any]:
+        return {"type": "text", "text": text} if response.text_only else {"type": "audio", "transcript": text}
+
+    def _text_done(self, response: Response) -> str:
+        if response.text_only:
+            return json.dumps(self._part(response, "response.output_text.done", text=response.transcript))
+        return json.dumps(self._part(response, "response.output_audio_transcript.done",
+                                     transcript=response.transcript))
+
     def _part(self, response: Response, kind: str, **fields: Any) -> dict[str, Any]:
         return {"type": kind, "event_id": new_id("event"), "response_id": response.id,
                 "item_id": response.item_id, "output_index": 0, "content_index": 0, **fields}
@@ -392,7 +407,8 @@ class RealtimeCall(Call):
     def _response_object(self, response: Response, status: str, output: list[dict[str, Any]],
                          metadata: dict[str, str] | None = None) -> dict[str, Any]:
         return {"id": response.id, "object": "realtime.response", "status": status, "output": output,
-                "conversation_id": self.session_id, "output_modalities": ["audio"], "metadata": metadata,
+                "conversation_id": self.session_id, "output_modalities": response.modalities,
+                "metadata": metadata,
                 "audio": {"output": {"format": self._format_object(self.output_format), "voice": self.voice}}}
 
     def _item_events(self, item_id: str, content: dict[str, Any]) -> list[str]:
@@ -409,7 +425,7 @@ class RealtimeCall(Call):
         """The session as it is in effect: what the gateway honours, not what was asked."""
         return {
             "type": "realtime", "object": "realtime.session", "id": self.session_id,
-            "model": "voicebot", "output_modalities": ["audio"],
+            "model": "voicebot", "output_modalities": ["text"] if self.text_only else ["audio"],
             # The profile's instructions and tools govern the bot; a client's are not applied.
             "instructions": "", "tools": [], "tool_choice": "auto",
             "audio": {
@@ -420,6 +436,18 @@ class RealtimeCall(Call):
                 "output": {"format": self._format_object(self.output_format), "voice": self.voice},
             },
         }
+
+
+def _text_only(session: dict[str, Any], current: bool) -> bool:
+    """``output_modalities`` (GA) or ``modalities`` (beta): ["text"] asks for text replies only
+    (no audio; the text sent counts as what was heard); one with "audio" for spoken replies."""
+    modalities = session.get("output_modalities", session.get("modalities"))
+    if modalities is None:
+        return current
+    if not isinstance(modalities, list) or not modalities or any(m not in MODALITIES for m in modalities):
+        raise RealtimeError('output_modalities must be ["audio"] or ["text"]',
+                            param="session.output_modalities")
+    return "audio" not in modalities
 
 
 def _format(value: Any, param: str) -> str | None:

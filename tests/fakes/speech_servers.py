@@ -17,12 +17,18 @@ the real service reads them; by default the reply's first piece ends at its firs
 is spoken while the rest is written), is 60 ms of quiet audio per word, in chunks of at most
 ``TTS_CHUNK_MS``, sent as soon as the piece is complete; the piece starts on its first chunk
 when the client asks for that (``sentence_with_first_audio``), as the real service does.
+``FAKE_TTS_FAULTS`` names a JSON file read at each stream's start (a test writes and removes it
+while the server runs): a piece holding its ``skip`` words gets TTS's per-sentence error in place
+of its audio; one holding its ``abort`` words gets half its audio, then (``abort_after_s``
+later) the stream fails (UNAVAILABLE), as a TTS that dies mid-reply.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -118,11 +124,17 @@ class _Utterances:
 
 
 class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
-    def __init__(self, settings: TtsSettings) -> None:
+    def __init__(self, settings: TtsSettings, faults: Path | None = None) -> None:
         # How the real TTS cuts a reply and chunks its audio.
         self.segments = (settings.max_clause_chars, settings.first_clause_chars,
                          settings.first_clause_words, settings.first_clause_min_words)
         self.chunk_ms = settings.chunk_ms
+        self.faults = faults
+
+    def _faults(self) -> dict[str, str]:
+        if self.faults is None or not self.faults.exists():
+            return {}
+        return json.loads(self.faults.read_text())
 
     async def StreamingSynthesize(self, request_iterator, context):
         await context.send_initial_metadata(())  # as the real service does
@@ -132,17 +144,29 @@ class InstantTts(tts_pb2_grpc.TextToSpeechServicer):
             return
         rate = first.config.sample_rate or 16000
         with_audio = first.config.sentence_with_first_audio
+        faults = self._faults()
         segmenter = SentenceSegmenter(*self.segments)
         index = 0
-        async for request in requests:
-            if request.WhichOneof("request") == "text":
-                for sentence in segmenter.push(request.text):
-                    for event in _speak(sentence, index, rate, self.chunk_ms, with_audio):
-                        yield event
-                    index += 1
-        for sentence in segmenter.flush():
-            for event in _speak(sentence, index, rate, self.chunk_ms, with_audio):
+
+        async def pieces():
+            async for request in requests:
+                if request.WhichOneof("request") == "text":
+                    for sentence in segmenter.push(request.text):
+                        yield sentence
+            for sentence in segmenter.flush():
+                yield sentence
+
+        async for sentence in pieces():
+            events = _speak(sentence, index, rate, self.chunk_ms, with_audio)
+            if faults.get("skip") and faults["skip"] in sentence:
+                events = [tts_pb2.SynthesizeEvent(error=tts_pb2.SynthesisError(
+                    sentence_index=index, message="synthesis failed (injected)"))]
+            aborting = bool(faults.get("abort")) and faults["abort"] in sentence
+            for event in events[: len(events) // 2] if aborting else events:
                 yield event
+            if aborting:
+                await asyncio.sleep(float(faults.get("abort_after_s", 0)))
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "tts went away (injected)")
             index += 1
 
 
@@ -175,7 +199,8 @@ async def serve() -> None:
     ports = {}
     stt = InstantStt(os.environ.get("FAKE_STT_TEXT", "a table for two please"),
                      int(os.environ.get("FAKE_STT_MAX_STREAMS", "0")))
-    tts = InstantTts(TtsSettings())
+    faults = os.environ.get("FAKE_TTS_FAULTS")
+    tts = InstantTts(TtsSettings(), Path(faults) if faults else None)
     for name, add in (("stt", lambda s: stt_pb2_grpc.add_SpeechToTextServicer_to_server(stt, s)),
                       ("tts", lambda s: tts_pb2_grpc.add_TextToSpeechServicer_to_server(tts, s))):
         server = grpc.aio.server()
