@@ -3,7 +3,8 @@
 Streams the WAV at real-time pace (``--fast``: all at once), then a little
 silence so the endpointer can close the utterance; prints the transcript,
 the reply and the per-stage latency table from ``turn.metrics``; writes the
-reply audio with ``--out``.
+reply audio with ``--out``. ``--text`` without ``--out`` is a text-only session: the reply
+comes as text alone (no TTS), and a read-back counts as heard once its text arrived.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_v
 
 async def call(url: str, token: str, wav: str | None = None, text: str | None = None,
                fast: bool = False, timeout: float = 120.0, progress=None,
-               session_id: str | None = None) -> CallResult:
+               session_id: str | None = None, output: str = "audio") -> CallResult:
     import websockets
 
     say = progress or (lambda _msg: None)
@@ -35,7 +36,7 @@ async def call(url: str, token: str, wav: str | None = None, text: str | None = 
         url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=2**22
     ) as ws:
         await ws.send(json.dumps({"type": "session.start", "session_id": session_id, "language": "en",
-                                  "audio": {"encoding": "pcm16", "sample_rate": rate}}))
+                                  "audio": {"encoding": "pcm16", "sample_rate": rate}, "output": output}))
         started = json.loads(await asyncio.wait_for(ws.recv(), 10))
         if started.get("type") != "session.started":
             raise RuntimeError(f"session not started: {started}")
@@ -131,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("call", help="send a WAV (or --text) to the gateway and print the reply")
     p.add_argument("wav", nargs="?", help="16-bit PCM WAV file")
-    p.add_argument("--text", help="send a typed turn instead of audio")
+    p.add_argument("--text", help="send a typed turn instead of audio (the reply comes as text only, "
+                                  "unless --out asks for its audio)")
     p.add_argument("--out", help="write the reply audio to this WAV file")
     p.add_argument("--url", default=os.environ.get("VOICEBOT_URL", "ws://127.0.0.1:8080/v1/call"))
     p.add_argument("--token", default=os.environ.get("VOICEBOT_TOKEN"))
@@ -151,15 +153,17 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.protocol == "realtime" and args.session:
         parser.error("--session is for protocol v1 (a Realtime session lives as long as its socket)")
+    text_only = args.text is not None and not args.out  # a typed turn read as text, unless audio is wanted
     try:
         if args.protocol == "realtime":
             from gateway.cli_realtime import call_realtime
 
             result = asyncio.run(call_realtime(args.url, args.token, args.wav, args.text, args.fast,
-                                               args.timeout, progress))
+                                               args.timeout, progress, text_only))
         else:
             result = asyncio.run(call(args.url, args.token, args.wav, args.text, args.fast,
-                                      args.timeout, progress, args.session))
+                                      args.timeout, progress, args.session,
+                                      "text" if text_only else "audio"))
     except (TimeoutError, OSError) as exc:
         print(f"call failed: {exc!r} (is the stack running? `make run`)", file=sys.stderr)
         return 1

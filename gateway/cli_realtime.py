@@ -26,16 +26,18 @@ def realtime_url(url: str) -> str:
 
 
 async def call_realtime(url: str, token: str, wav: str | None = None, text: str | None = None,
-                        fast: bool = False, timeout: float = 120.0, progress=None) -> CallResult:
+                        fast: bool = False, timeout: float = 120.0, progress=None,
+                        text_only: bool = False) -> CallResult:
     import websockets
 
     say = progress or (lambda _msg: None)
     result = CallResult(audio_rate=RATE)
     async with websockets.connect(realtime_url(url), additional_headers={"Authorization": f"Bearer {token}"},
                                   max_size=2**22) as ws:
-        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {
-            "input": {"format": {"type": "audio/pcm", "rate": RATE}},
-            "output": {"format": {"type": "audio/pcm", "rate": RATE}}}}}))
+        await ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "realtime", "output_modalities": ["text"] if text_only else ["audio"], "audio": {
+                "input": {"format": {"type": "audio/pcm", "rate": RATE}},
+                "output": {"format": {"type": "audio/pcm", "rate": RATE}}}}}))
         sender = None
         if text is not None:
             await ws.send(json.dumps({"type": "conversation.item.create", "item": {
@@ -80,9 +82,10 @@ async def _receive(ws, result: CallResult, say) -> None:
             say(f"heard: {event['transcript']}")
         elif kind == "response.output_audio.delta":
             result.audio.extend(base64.b64decode(event["delta"]))
-        elif kind == "response.output_audio_transcript.done":
-            result.replies.append(event["transcript"])
-            say(f"reply: {event['transcript']}")
+        elif kind in ("response.output_audio_transcript.done", "response.output_text.done"):
+            text = event.get("transcript", event.get("text", ""))
+            result.replies.append(text)
+            say(f"reply: {text}")
         elif kind == "error":
             result.errors.append(event["error"])
             say(f"error {event['error'].get('code')}: {event['error'].get('message')}")

@@ -26,6 +26,7 @@ import pytest
 import websockets
 
 from gateway.bench_abuse import Caller, start_gateway
+from gateway.cli import call
 from tests.conftest import LOG_ROOT
 from tests.fakes.helpdesk_mcp import PROFILE, Helpdesk
 from tests.reliability import RESULTS
@@ -204,6 +205,13 @@ async def test_a_text_only_session_yes_right_after_the_read_back_writes_once(hea
     assert writes(heard) == ["open_ticket"] and "someone will contact you today" in done["text"]
     assert not {"audio", "audio.start", "audio.end"} & set(kinds)
     RESULTS["text-only session (v1): yes right after the read-back"] = {"writes": 1, "audio messages": 0}
+
+
+async def test_the_clis_typed_turn_is_a_text_only_session(heard):
+    """``voicebot call --text`` (without ``--out``): the read-back comes as text, with no audio."""
+    result = await call(heard.base + "/v1/call", CALLER_TOKEN, text=REQUEST, timeout=30, output="text")
+    [reply] = result.replies
+    assert IN_THE_ACTION in reply and result.audio == bytearray() and "audio.start" not in result.events
 
 
 async def realtime_turn(ws, text: str) -> list[dict]:
