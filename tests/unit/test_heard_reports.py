@@ -223,3 +223,13 @@ def test_a_skipped_sentence_means_the_reply_was_not_heard_in_full():
     t.audio_received(500 * MS)
     t.audio_sent(500 * MS, now=0.0)
     assert t.spoken_text(now=10.0) == QUESTION and not t.heard_all(now=10.0)
+
+
+def test_text_past_ttss_length_cap_is_not_heard_and_the_reply_not_whole():
+    t = SpokenTracker(sample_rate=RATE)
+    t.sentence_started("Let me check:")
+    t.audio_received(300 * MS)
+    t.sentence_done()
+    t.sentence_failed()  # TTS: "text over 4000 characters ignored" (sentence_index -1)
+    t.audio_sent(300 * MS, now=0.0)
+    assert t.spoken_text(now=10.0) == "Let me check:" and not t.heard_all(now=10.0)
