@@ -140,13 +140,15 @@ async def test_a_yes_after_the_read_back_played_to_its_end_writes_once(heard):
     RESULTS["voice: read-back played to its end, then yes"] = {"writes": len(writes(heard))}
 
 
-async def test_a_voice_caller_typing_yes_over_the_read_back_hears_it_again(heard):
-    """The caller cannot have heard the action yet: the yes runs nothing, the action is read back."""
+async def test_a_voice_caller_typing_yes_before_the_read_back_played_hears_it_again(heard):
+    """The client's playback.position says none of the read-back has played yet (its player is
+    still starting): the yes runs nothing, and the action is read back."""
     async with session(heard) as caller:
-        await say(caller, REQUEST, until="reply.done")
-        done = await say(caller, "Yes.")  # the read-back's audio has only begun to play
+        read = await say(caller, REQUEST, until="reply.done")
+        await caller.send({"type": "playback.position", "turn_id": read["turn_id"], "played_ms": 0})
+        done = await say(caller, "Yes.")
     assert done["text"].startswith(AGAIN) and writes(heard) == []
-    RESULTS["voice: yes before the read-back played out"] = {"writes": 0, "reply": done["text"][:40]}
+    RESULTS["voice: yes before the read-back played"] = {"writes": 0, "reply": done["text"][:40]}
 
 
 async def test_tts_failing_on_the_read_backs_action_then_yes_runs_nothing_and_reads_it_again(heard):
@@ -171,7 +173,7 @@ async def test_tts_failing_mid_read_back_then_yes_runs_nothing_and_reads_it_agai
     """TTS dies halfway through the action: the error, the fallback, and no record of the action."""
     async with session(heard) as caller:
         # Later than the brain's end of turn (it stores the read-back before its last event).
-        heard.fault(abort=IN_THE_ACTION, abort_after_s=1.0)
+        heard.fault(abort=IN_THE_ACTION, abort_after_s=2.0)
         mark = len(caller.events)
         await caller.send({"type": "input.text", "text": REQUEST})
         await caller.wait_for(("error",), mark, timeout=30)
