@@ -5,24 +5,36 @@ a domain hook), resolves its references to real ids, and stores exactly what
 will run together with the read-back code speaks: the profile's template for
 that tool, or a sentence built from the tool's title and its arguments in
 spoken form. ``run`` executes a pending action once, with an idempotency key
-chosen by code, and persists the outcome at once (an interrupted turn stores
-nothing else, but the fact that a write happened must not be lost).
+chosen by code. It is stored as running before it runs (a later yes finds
+nothing to run, and an outcome that is never stored reads as unknown, never as
+pending), and its outcome is stored at once, with the sentence that tells the
+caller (an interrupted turn stores nothing else, but the fact that a write
+happened must not be lost, nor go untold).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from services.brain.profile import Sentences
 from services.brain.readback import default_action, render, sentence
 from services.brain.references import IDEMPOTENCY_KEY, References
-from services.brain.session_store import SessionStore
-from services.brain.state import PendingAction, SessionState
+from services.brain.session_lease import Lease, LeaseLost
+from services.brain.session_store import SessionHistory, SessionStore
+from services.brain.state import Outcome, PendingAction, SessionState
 from services.brain.toolcalls import ToolCall, new_call_id
 from services.brain.tools import Dispatcher, Tool, ToolContext, ToolResult
 
+log = logging.getLogger(__name__)
+# Pauses before storing a write's outcome again (Redis away for a moment): the outcome of a
+# write that ran must reach the store, or the next turn can only call it unknown.
+OUTCOME_RETRIES_S = (0.1, 0.3, 1.0)
 AWAITING = ("Not done yet: the system reads this back to the caller and runs it only after they "
             "say yes. Do not ask for confirmation yourself.")
 
@@ -65,9 +77,18 @@ class Actions:
         return sentence(self.sentences.confirm.format(action=action.action))
 
     async def run(self, state: SessionState, action: PendingAction, user_id: str, session_id: str,
-                  turn_id: str, tool: Tool | None, done: str = "") -> WriteOutcome:
-        """Run the action once; the state after it is persisted before this returns."""
+                  turn_id: str, tool: Tool | None, done: str = "", lease: Lease | None = None
+                  ) -> WriteOutcome:
+        """Run the action once (``state`` has it as running: ``take_pending``); the state after
+        it is persisted before this returns. ``lease``: the session's, held by the turn."""
+        try:
+            await self._store(state, user_id, session_id, lease)
+        except RedisError as exc:  # not marked as running: it must not run (it could run twice)
+            log.error("could not mark a write as running; it does not run", extra={"error": repr(exc)})
+            state.failed(f"not done ({action.action}): the session could not be stored")
+            return WriteOutcome("unavailable", self.sentences.tool_unavailable)
         call = ToolCall(new_call_id(), action.tool, json.dumps(action.args))
+        finished = state.form.model_copy(deep=True) if state.form is not None else None
         if tool is None:  # the tool server no longer offers it: provably not run
             outcome = WriteOutcome("unavailable", self.sentences.tool_unavailable)
             state.failed(f"not done ({action.action}): the tool is not available")
@@ -76,13 +97,38 @@ class Actions:
                               idempotency_key=f"{session_id}:{action.id}")
             result = await self.dispatcher.run(tool, call, dict(action.args), ctx)
             outcome = self._outcome(state, action, tool, result, done)
+        state.untold = Outcome(action_id=action.id, say=outcome.say or self.sentences.not_done,
+                               turn_id=turn_id, form=finished if outcome.status == "done" else None)
+        await self._store_outcome(state, action, user_id, session_id, lease)
+        return outcome
+
+    async def _store(self, state: SessionState, user_id: str, session_id: str,
+                     lease: Lease | None) -> SessionHistory:
         snapshot = state.model_copy(deep=True)
 
-        def keep(history: Any) -> None:
+        def keep(history: SessionHistory) -> None:
             history.state = snapshot
 
-        await self.store.update(user_id, session_id, keep)
-        return outcome
+        return await self.store.update(user_id, session_id, keep, lease=lease)
+
+    async def _store_outcome(self, state: SessionState, action: PendingAction, user_id: str,
+                             session_id: str, lease: Lease | None) -> None:
+        """On the state the turn read (its lease), or, when a later turn took the session
+        meanwhile, on what that turn made of it (``SessionState.settled``)."""
+        finished = state.model_copy(deep=True)
+        for pause in (*OUTCOME_RETRIES_S, None):
+            try:
+                try:
+                    await self._store(state, user_id, session_id, lease)
+                except LeaseLost:
+                    await self.store.update(user_id, session_id,
+                                            lambda history: history.state.settled(action.id, finished))
+                return
+            except RedisError as exc:
+                if pause is None:
+                    log.error("could not store a write's outcome", extra={"error": repr(exc)})
+                    return
+                await asyncio.sleep(pause)
 
     def _outcome(self, state: SessionState, action: PendingAction, tool: Tool,
                  result: ToolResult, done: str = "") -> WriteOutcome:

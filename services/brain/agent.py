@@ -21,6 +21,7 @@ import contextlib
 import datetime
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,13 +51,15 @@ from services.brain.reading import IntentPicker, Reader, intent_examples
 from services.brain.references import References
 from services.brain.refusals import is_refusal
 from services.brain.sentence_encoder import SentenceEncoder
+from services.brain.session_lease import Lease, SessionBusy
 from services.brain.session_store import ReadAhead, SessionHistory, SessionStore, Turn
 from services.brain.spoken import SpokenTextCleaner
-from services.brain.state import PendingAction, SessionState
+from services.brain.state import FormState, Outcome, PendingAction, SessionState
 from services.brain.tasks import TaskError, build_tasks
 from services.brain.toolcalls import ToolCall, new_call_id
 from services.brain.tools import Dispatcher, ToolContext, ToolKind, ToolRegistry, ToolResult
 from voicebot.common.metrics import REDIS_ERRORS
+from voicebot.common.speech_text import speakable
 from voicebot.common.telemetry import tracer
 from voicebot.v1 import brain_pb2
 
@@ -83,6 +86,13 @@ class TurnRun:
     # Cleared while the topic guard's screen judges the words; set again once it passed them or
     # the guard's LLM call is on its way. The turn's model reading waits for it (``Agent._respond``).
     guard_asked: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
+    # The session's lease (session_lease.py): taken with the read, or by ``_confirmed`` for a
+    # read made ahead.
+    lease: Lease | None = None
+    # A write's outcome the caller has not heard yet: this reply says it first (``_compose``).
+    preface: str = ""
+    # The task that write finished: the caller's words may change it (a new read-back).
+    finished: FormState | None = None
 
     @property
     def state(self) -> SessionState:
@@ -177,13 +187,28 @@ class Agent:
         ``ahead``: the session as read while the caller spoke, used when it is this session's."""
         with self.words_prefill.turn(key_of(request)):  # a prefill never competes with the turn
             try:
-                async for event in self._respond(request, committed, ahead):
+                try:
+                    async for event in self._respond(request, committed, ahead):
+                        yield event
+                except StaleRead:
+                    # Another connection of the session wrote it after the read ahead. Nothing the
+                    # turn made has left the brain and no tool ran: it starts again on a fresh read.
+                    async for event in self._respond(request, committed, None):
+                        yield event
+            except SessionBusy:
+                # Raised only before anything of the turn left the brain (taking the lease).
+                for event in self._busy(request):
                     yield event
-            except StaleRead:
-                # Another connection of the session wrote it after the read ahead. Nothing the
-                # turn made has left the brain and no tool ran: it starts again on a fresh read.
-                async for event in self._respond(request, committed, None):
-                    yield event
+
+    def _busy(self, request: brain_pb2.RespondRequest) -> Iterator[brain_pb2.RespondEvent]:
+        """The session stayed held past ``session_wait_s`` (a write still running): nothing is
+        decided on a state that is about to change; the caller is asked to wait."""
+        log.warning("session busy past the wait; asking the caller to hold on",
+                    extra={"turn_id": request.turn_id, "wait_s": self.settings.session_wait_s})
+        text = self.sentences.still_working
+        yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(text=text))
+        yield brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
+            text=text, dialog_state="listen", fallback=True))
 
     async def _respond(self, request: brain_pb2.RespondRequest, committed: asyncio.Event | None,
                        ahead: ReadAhead | None) -> AsyncIterator[brain_pb2.RespondEvent]:
@@ -191,9 +216,7 @@ class Agent:
             committed = asyncio.Event()
             committed.set()
         try:
-            # A timeout scope, not ``wait_for``: no task of its own on every turn's path.
-            async with asyncio.timeout(self.settings.history_load_timeout_s):
-                history, unconfirmed = await self._load(request, ahead)
+            history, unconfirmed, lease = await self._load(request, ahead)
         except (TimeoutError, RedisError) as exc:
             # Without the session's state nothing may be decided (a pending action, a yes): the
             # caller hears the fallback now rather than silence while Redis retries.
@@ -206,7 +229,9 @@ class Agent:
             return
         history.state.start_turn()
         turn = TurnRun(request, history, self.clock(), record={
-            "turn_id": request.turn_id, "text": request.text, "llm_calls": [], "tools": []})
+            "turn_id": request.turn_id, "text": request.text, "llm_calls": [], "tools": []},
+            lease=lease)
+        self._compose(turn)
         events: asyncio.Queue = asyncio.Queue()
         passed = asyncio.Event()
         guard = None
@@ -232,7 +257,7 @@ class Agent:
             # Read ahead: what the turn makes is held and no tool runs until Redis confirms the
             # read is current, as for the guard's verdict. Made after the turn's task, so the
             # model's call goes out first: the check need only be done before the first text.
-            gate = asyncio.create_task(self._confirmed(request, history, guard))
+            gate = asyncio.create_task(self._confirmed(turn, history, guard))
         recorded = False
         try:
             try:
@@ -259,6 +284,8 @@ class Agent:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
+            if turn.lease is not None:  # a write still running keeps it (``_execute``)
+                self.store.leases.let_go(turn.lease)
             if not recorded:
                 # Cancelled (barge-in) or failed: recorded in the background, the turn is gone.
                 self._background_record(turn, "cancelled")
@@ -278,7 +305,8 @@ class Agent:
         request = turn.request
         said = Turn(request.turn_id, request.text, self.sentences.blocked)
         try:
-            await self.store.update(request.user_id, request.session_id, lambda h: h.turns.append(said))
+            await self.store.update(request.user_id, request.session_id, lambda h: h.turns.append(said),
+                                    lease=turn.lease, release=True)
         except RedisError as exc:
             REDIS_ERRORS.labels("brain").inc()
             log.error("could not store the blocked turn", extra={"error": repr(exc)})
@@ -290,41 +318,77 @@ class Agent:
         is never off-topic, in a task or not (a blocked "No." told the caller off)."""
         return is_dialogue_act(turn.request.text)
 
-    async def _confirmed(self, request: brain_pb2.RespondRequest, read: SessionHistory,
+    async def _confirmed(self, turn: TurnRun, read: SessionHistory,
                          guard: asyncio.Task | None) -> GuardVerdict | None:
-        """The guard's verdict (None: no guard asked) once the session read ahead is confirmed
-        current; StaleRead when it is not (or Redis cannot say: the fresh read will tell)."""
+        """The guard's verdict (None: no guard asked) once the session's lease is taken and the
+        session read ahead is confirmed current, in one step; StaleRead when it is not (or
+        Redis cannot say: the fresh read will tell). SessionBusy: held past the wait."""
+        request = turn.request
         try:
-            current = await self.store.unchanged_since(request.user_id, request.session_id, read)
-        except RedisError:
+            turn.lease, current = await self.store.acquire_unchanged(
+                request.user_id, request.session_id, read, self.settings.session_wait_s,
+                self.settings.history_load_timeout_s)
+        except (RedisError, TimeoutError):
             current = False
         if not current:
             raise StaleRead  # the guard's task is cancelled with the turn's others (``_respond``)
         return await guard if guard is not None else None
 
     async def _load(self, request: brain_pb2.RespondRequest, ahead: ReadAhead | None
-                    ) -> tuple[SessionHistory, bool]:
-        """The session's history, with what the caller heard of the last reply recorded first,
-        and whether it is a read made ahead that is yet to be confirmed current. A reply heard
-        whole changes nothing: that is a plain read, not a read-modify-write that serialises the
-        whole history to find nothing changed (on every turn's path). A read made ahead is used
-        when there is one: a write on it is a compare-and-set, which confirms it."""
+                    ) -> tuple[SessionHistory, bool, Lease | None]:
+        """The session's history, with what the caller heard of the last reply recorded first;
+        whether it is a read made ahead that is yet to be confirmed current; and the session's
+        lease, taken in the same step as the read (None for a read made ahead: ``_confirmed``
+        takes it off the turn's path). A reply heard whole changes nothing: that is a plain
+        read, not a read-modify-write that serialises the whole history to find nothing changed
+        (on every turn's path). Each Redis step is bounded by ``history_load_timeout_s``; a
+        session held by another turn is waited for up to ``session_wait_s``."""
         read = await ahead.history_for(request.user_id, request.session_id) if ahead else None
         previous = request.previous_reply
-        if previous.turn_id and previous.interrupted:
-            def record_heard(history: SessionHistory) -> None:
-                found = history.mark_spoken(previous.turn_id, previous.text, interrupted=True)
-                if not found and previous.user_text:
-                    # Cut off before it completed, so never stored: keep the question and
-                    # what was heard of the answer, marked interrupted.
-                    history.turns.append(Turn(previous.turn_id, previous.user_text, previous.text,
-                                              interrupted=True))
-
-            return await self.store.update(request.user_id, request.session_id, record_heard,
-                                           read=read), False
+        heard = bool(previous.turn_id and previous.interrupted)
+        if read is not None and not heard:
+            return read, True, None
+        user, session, step_s = request.user_id, request.session_id, self.settings.history_load_timeout_s
         if read is not None:
-            return read, True
-        return await self.store.load(request.user_id, request.session_id), False
+            lease, current = await self.store.acquire_unchanged(user, session, read,
+                                                                self.settings.session_wait_s, step_s)
+        else:
+            lease, read = await self.store.acquire(user, session, self.settings.session_wait_s, step_s)
+            current = True
+        try:
+            async with asyncio.timeout(step_s):  # a timeout scope: no task of its own per turn
+                history = read if current else await self.store.load(user, session)
+                if heard:
+                    history = await self.store.update(user, session, _record_heard(previous),
+                                                      read=history, lease=lease)
+        except BaseException:
+            self.store.leases.let_go(lease)
+            raise
+        return history, False, lease
+
+    def _compose(self, turn: TurnRun) -> None:
+        """What happened to the session's last write, on the state this turn starts from. A write
+        stored as running while this turn holds the lease has nobody running it (its replica
+        died): its outcome is unknown. An outcome the caller has not heard (they spoke over the
+        reply that said it, or it was cancelled) is said first in this reply, which becomes the
+        one that says it; the task it finished may be changed by this turn's words."""
+        state, turn_id = turn.state, turn.request.turn_id
+        if state.running is not None:
+            action = state.running
+            state.failed(f"unknown outcome (not stored): {action.action}")
+            state.untold = Outcome(action_id=action.id, say=self.sentences.unknown_outcome, turn_id=turn_id)
+        untold = state.untold
+        if untold is None:
+            return
+        last = turn.last_turn()
+        if last is not None and last.turn_id == untold.turn_id and _said_in(untold.say, last.assistant):
+            state.untold = None  # heard
+            return
+        untold.turn_id = turn_id
+        turn.preface = untold.say
+        turn.record["told"] = untold.action_id
+        if untold.form is not None and state.pending is None and state.form is None:
+            turn.finished = untold.form
 
     async def _merge(self, turn: TurnRun, main: asyncio.Task, guard: asyncio.Task | None,
                      passed: asyncio.Event, events: asyncio.Queue) -> AsyncIterator[brain_pb2.RespondEvent]:
@@ -413,7 +477,8 @@ class Agent:
             # From the history the turn read, and with the turn's record: one Redis round trip
             # per turn's end, not three.
             await self.store.update(request.user_id, request.session_id, append,
-                                    read=turn.history, record=self._record_of(turn, outcome))
+                                    read=turn.history, record=self._record_of(turn, outcome),
+                                    lease=turn.lease, release=True)
             recorded = True
         except RedisError as exc:
             # The caller already heard the reply: a lost history write must not turn it into
@@ -445,9 +510,12 @@ class Agent:
             await passed.wait()  # tools wait for the topic guard
             return await self._read_tool(turn, name, arguments, events)
 
+        if turn.preface:
+            await self.say(turn, events, turn.preface)
         decision = await self.conversation.decide(turn.state, request.text, request.turn_id,
                                                   turn.last_turn(), read, turn.guard_asked.wait,
-                                                  dict(request.session_context), request.previous_reply)
+                                                  dict(request.session_context), request.previous_reply,
+                                                  turn.finished)
         self._record_decision(turn, decision)
         if decision.fallback:
             LLM_FALLBACKS.inc()
@@ -510,14 +578,25 @@ class Agent:
         request, state = turn.request, turn.state
         task = self.forms.tasks.get(action.tool)
         state.take_pending()
-        # The write finishes and is recorded even if the caller interrupts now (barge-in).
-        outcome = await asyncio.shield(self.actions.run(
+        lease = turn.lease
+        if lease is not None:
+            lease.hold()  # the write keeps the session until its outcome is stored
+        write = asyncio.ensure_future(self.actions.run(
             state, action, request.user_id, request.session_id, request.turn_id,
-            self.tools.get(action.tool), done=task.done if task else ""))
+            self.tools.get(action.tool), done=task.done if task else "", lease=lease))
+        write.add_done_callback(lambda done: self._write_ended(done, lease))
+        # The write finishes and is recorded even if the caller interrupts now (barge-in).
+        outcome = await asyncio.shield(write)
         turn.record["tools"].append({"name": action.tool, "confirmed": True, "action": action.action,
                                      "outcome": outcome.result.outcome if outcome.result else outcome.status,
                                      "attempts": outcome.result.attempts if outcome.result else 0})
         return outcome
+
+    def _write_ended(self, write: asyncio.Future, lease: Lease | None) -> None:
+        if lease is not None:
+            self.store.leases.let_go(lease)
+        if not write.cancelled() and write.exception() is not None:
+            log.error("a confirmed write failed", exc_info=write.exception())
 
     async def _read_tool(self, turn: TurnRun, name: str, arguments: dict[str, Any],
                          events: asyncio.Queue) -> ToolResult:
@@ -606,6 +685,27 @@ def knowledge_tools(profile: Profile, tools: ToolRegistry) -> dict[str, str | No
         required = list(tool.spec.parameters.get("required") or [])
         found[name] = required[0] if required else None
     return found
+
+
+def _record_heard(previous: brain_pb2.SpokenPart) -> Callable[[SessionHistory], None]:
+    def record_heard(history: SessionHistory) -> None:
+        found = history.mark_spoken(previous.turn_id, previous.text, interrupted=True)
+        if not found and previous.user_text:
+            # Cut off before it completed, so never stored: keep the question and what was
+            # heard of the answer, marked interrupted.
+            history.turns.append(Turn(previous.turn_id, previous.user_text, previous.text,
+                                      interrupted=True))
+
+    return record_heard
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[^\w]+", " ", speakable(text).lower()).split())
+
+
+def _said_in(sentence: str, reply: str) -> bool:
+    """Whether ``reply`` (what the caller heard of it) holds all of ``sentence``."""
+    return _words(sentence) in _words(reply)
 
 
 def _set(event: asyncio.Event) -> asyncio.Event:

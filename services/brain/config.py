@@ -82,3 +82,9 @@ class BrainSettings(ServiceSettings):
     today: datetime.date | None = None
     # A turn waits this long for its history; then the caller hears the fallback (Redis down).
     history_load_timeout_s: float = 1.0
+    # One turn at a time per session, across replicas (session_lease.py). The lease's time: a
+    # replica that dies holds its sessions no longer (a live holder renews it).
+    session_lease_s: float = 10.0
+    # How long a turn waits for the session while another turn or a confirmed write holds it
+    # (a write takes up to ~10.5 s with its retries); then the caller is asked to hold on.
+    session_wait_s: float = 15.0

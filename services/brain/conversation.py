@@ -28,7 +28,7 @@ from services.brain.form import Forms, ReadTool
 from services.brain.profile import Profile
 from services.brain.reading import OTHER, QUESTION, Reader, Reading, is_question, rule_values
 from services.brain.session_store import Turn
-from services.brain.state import PendingAction, SessionState
+from services.brain.state import FormState, PendingAction, SessionState
 from voicebot.v1.brain_pb2 import SpokenPart
 
 _GREETING = re.compile(r"^(?:hi|hello|hey|good (?:morning|afternoon|evening)|hiya|yo)\b", re.I)
@@ -76,12 +76,18 @@ class Conversation:
 
     async def decide(self, state: SessionState, text: str, turn_id: str, last_turn: Turn | None,
                      read: ReadTool, before_model: Callable[[], Awaitable[Any]] | None = None,
-                     call_context: dict[str, str] | None = None, heard: SpokenPart | None = None) -> Decision:
+                     call_context: dict[str, str] | None = None, heard: SpokenPart | None = None,
+                     finished: FormState | None = None) -> Decision:
         """``heard``: the gateway's report of what the caller heard of the last reply (the only
-        evidence that a read-back was heard)."""
+        evidence that a read-back was heard). ``finished``: the task of a write that finished
+        while the caller spoke over it."""
         self.call_context = dict(call_context or {})
         if asks_for_human(text):
             return Decision(self.sentences.handoff, handoff="caller_request")
+        if finished is not None and state.pending is None and state.form is None:
+            changed = await self._change_to_finished(state, text, turn_id, finished, read, before_model)
+            if changed is not None:
+                return changed
         answer = Answer.OTHER
         if state.pending is not None:
             answer = answer_to_read_back(text)
@@ -140,6 +146,22 @@ class Conversation:
             decision.answer_question = text
             return decision
         return self._read_back_again(state, turn_id)
+
+    async def _change_to_finished(self, state: SessionState, text: str, turn_id: str,
+                                  finished: FormState, read: ReadTool,
+                                  before_model: Callable[[], Awaitable[Any]] | None) -> Decision | None:
+        """Words spoken over a write that finished meanwhile ("wait, make it eight"): new values
+        for its task are a new proposal, read back (the write ran as it was read back, and a
+        second one runs only after a yes to its own read-back); words that change nothing of
+        it are read as usual (None)."""
+        trial = state.model_copy(deep=True)
+        trial.form = finished.model_copy(deep=True, update={"asking": ""})
+        reading = await self.read(trial, text, before_model)
+        if reading.failed or not self.forms.apply(trial, reading.values, text):
+            return None
+        state.form = trial.form
+        step = await self.forms.advance(state, turn_id, read)
+        return Decision(step.say, read=reading)
 
     # ---- 3. the reading ------------------------------------------------------------
     async def read(self, state: SessionState, text: str,

@@ -64,6 +64,8 @@ class Sentences(_Strict):
     anything_else: str = "Is there anything else I can help with?"
     goodbye: str = "Thank you for calling. Goodbye!"
     not_done: str = "Sorry, that didn't go through, so nothing was done."
+    # A turn that could not wait any longer for the caller's last request to finish.
+    still_working: str = "One moment, I'm still working on your last request. Please say that again."
 
 
 class ScreenSettings(_Strict):

@@ -248,7 +248,7 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry,
                                 settings.side_extra_body)
         clients.append(side_chat)
     redis = connect_redis(settings.redis_url)  # bounded reconnects, password, health checks
-    store = SessionStore(redis, settings.session_ttl_s)
+    store = SessionStore(redis, settings.session_ttl_s, lease_s=settings.session_lease_s)
     pinned = settings.today
     agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile, side_chat=side_chat,
                   knowledge=knowledge, encoder=encoder,

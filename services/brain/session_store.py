@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from services.brain.session_lease import Lease, LeaseLost, Leases
 from services.brain.state import SessionState
 
 log = logging.getLogger(__name__)
@@ -117,10 +118,14 @@ def _version_token(raw: bytes | None) -> str:
 
 _VERSION = re.compile(rb'\{"version": (\d+),')
 
-# KEYS[1]: the history; ARGV: the token the change was made on, the new value, the TTL. With a
-# turn's record (KEYS[2]: the records stream; ARGV[4]: the record, ARGV[5]: how many to keep) the
-# record is appended in the same step, only when the history is written: once.
+# KEYS: the history, the records stream, the fence counter, the lease. ARGV: the version token
+# the change was made on, the new value, the TTL, the writer's fencing token ("": written
+# without a lease), "1" to give the lease back with this write, the turn's record ("": none) and
+# how many records to keep. -1: a later turn took the session (the fence moved on); 0: another
+# write came first; 1: written. The record is appended in the same step, only when the history
+# is written: once.
 _CAS = """
+if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[4] then return -1 end
 local cur = redis.call('GET', KEYS[1])
 local token = '-'
 if cur then
@@ -128,8 +133,9 @@ if cur then
 end
 if token ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-if ARGV[4] then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'record', ARGV[4])
+if ARGV[5] == '1' and redis.call('GET', KEYS[4]) == ARGV[4] then redis.call('DEL', KEYS[4]) end
+if ARGV[6] ~= '' then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'record', ARGV[6])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
 return 1
@@ -177,17 +183,43 @@ def _seen(task: asyncio.Task) -> None:
 
 class SessionStore:
     def __init__(self, redis: aioredis.Redis, ttl_s: int, max_turns: int = 200,
-                 max_records: int = 200) -> None:
+                 max_records: int = 200, lease_s: float = 10.0) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
         self.max_turns = max_turns
         self.max_records = max_records
         self._cas = redis.register_script(_CAS)
         self._record = redis.register_script(_RECORD)
+        self.leases = Leases(redis, self.lease_keys, lease_s, ttl_s)
 
     @staticmethod
     def key(user_id: str, session_id: str) -> str:
         return f"vb:brain:{{{user_id}:{session_id}}}:history"
+
+    @classmethod
+    def lease_keys(cls, user_id: str, session_id: str) -> tuple[str, str, str]:
+        """The session's lease, its fence counter and its history (one hash slot)."""
+        prefix = f"vb:brain:{{{user_id}:{session_id}}}"
+        return f"{prefix}:lease", f"{prefix}:fence", cls.key(user_id, session_id)
+
+    async def acquire(self, user_id: str, session_id: str, wait_s: float, op_timeout_s: float
+                      ) -> tuple[Lease, SessionHistory]:
+        """The session's lease and its history, read in the same step (session_lease.py)."""
+        lease, raw = await self.leases.acquire(user_id, session_id, wait_s, op_timeout_s)
+        assert not isinstance(raw, bool)
+        return lease, SessionHistory.from_json(raw)
+
+    async def acquire_unchanged(self, user_id: str, session_id: str, read: SessionHistory,
+                                wait_s: float, op_timeout_s: float) -> tuple[Lease, bool]:
+        """The session's lease, and whether the session is still as ``read`` found it (its
+        version prefix, as ``unchanged_since``), in one step."""
+        head: bytes | None = None
+        if read.source is not None:
+            match = _VERSION.match(read.source)
+            head = match.group(0) if match else read.source
+        lease, same = await self.leases.acquire(user_id, session_id, wait_s, op_timeout_s,
+                                                check=head, checking=True)
+        return lease, bool(same)
 
     async def load(self, user_id: str, session_id: str) -> SessionHistory:
         return SessionHistory.from_json(await self._get(self.key(user_id, session_id)))
@@ -216,6 +248,8 @@ class SessionStore:
         attempts: int = 20,
         read: SessionHistory | None = None,
         record: dict[str, Any] | None = None,
+        lease: Lease | None = None,
+        release: bool = False,
     ) -> SessionHistory:
         """Apply ``change`` atomically; re-read and re-apply when another writer got there first.
 
@@ -224,12 +258,16 @@ class SessionStore:
         attempt starts from its stored value instead of reading it again, one round trip less
         on every turn; a write in between fails the compare-and-set and the next attempt reads.
         ``record``: the turn's record (``add_record``), appended in the same step as the history
-        that succeeds (one round trip less again), or on its own when there is nothing to write."""
+        that succeeds (one round trip less again), or on its own when there is nothing to write.
+        ``lease``: the session's lease this write is made under (fenced: ``LeaseLost`` when a
+        later turn took the session); ``release``: it is given back in the same step when this
+        is its last holder."""
         key = self.key(user_id, session_id)
-        keys, extra = [key], []
-        if record is not None:
-            keys.append(self.records_key(user_id, session_id))
-            extra = [_record_json(record), self.max_records]
+        lease_key, fence_key, _ = self.lease_keys(user_id, session_id)
+        keys = [key, self.records_key(user_id, session_id), fence_key, lease_key]
+        giving_back = release and lease is not None and lease.sole
+        fence = [lease.token if lease is not None else "", "1" if giving_back else ""]
+        extra = [_record_json(record), self.max_records] if record is not None else ["", 0]
         for attempt in range(attempts):
             raw = read.source if read is not None and attempt == 0 else await self._get(key)
             history = SessionHistory.from_json(raw)
@@ -241,12 +279,21 @@ class SessionStore:
                     continue  # nothing changed from the earlier read: the answer is what is stored now
                 if record is not None:
                     await self.add_record(user_id, session_id, record)
+                if giving_back:
+                    assert lease is not None
+                    self.leases.give_back(lease)  # nothing to write: given back on its own
                 return history  # nothing changed: this was a read, and nothing is written
             token = _version_token(raw)
             history.version += 1
             written = _with_version(history.version, body)
-            if await self._cas(keys=keys, args=[token, written, self.ttl_s, *extra]):
+            stored = await self._cas(keys=keys, args=[token, written, self.ttl_s, *fence, *extra])
+            if stored == -1:
+                raise LeaseLost(f"session {session_id}: a later turn holds it")
+            if stored:
                 history.source = written.encode()
+                if giving_back:
+                    assert lease is not None
+                    self.leases.released_by_store(lease)
                 return history
         raise RuntimeError(f"session {session_id}: too much write contention")
 

@@ -58,9 +58,25 @@ class FormState(BaseModel):
     picked: dict[str, dict[str, Any]] = Field(default_factory=dict)  # argument -> chosen item
 
 
+class Outcome(BaseModel):
+    """What became of a write, kept until the caller has heard it: the reply that says it may be
+    cut off, or cancelled while the write still ran (``Agent._compose``)."""
+
+    action_id: str
+    say: str  # code's sentence for the caller
+    turn_id: str  # the turn whose reply says it
+    # The task the write finished (done only): words spoken over the write are read against it,
+    # so a change to it becomes a new read-back.
+    form: FormState | None = None
+
+
 class SessionState(BaseModel):
     mode: Mode = Mode.LISTEN
     pending: PendingAction | None = None
+    # A confirmed write under way, stored before it runs: a yes can no longer run it, and a
+    # turn that finds it with nobody running it (its replica died) says its outcome is unknown.
+    running: PendingAction | None = None
+    untold: Outcome | None = None
     task: dict[str, Any] = Field(default_factory=dict)  # what the caller told us for the task at hand
     refs: dict[str, Reference] = Field(default_factory=dict)
     misunderstood: int = 0
@@ -93,17 +109,26 @@ class SessionState(BaseModel):
         """Out of the state before it runs: whatever happens next, it cannot run twice."""
         action = self.pending
         assert action is not None
-        self.pending = None
+        self.pending, self.running = None, action
         return action
 
     def completed(self, outcome: str) -> None:
         """After a write: nothing pending, nothing collected left to propose again."""
-        self.pending, self.task, self.form = None, {}, None
+        self.pending, self.running, self.task, self.form = None, None, {}, None
         self.mode, self.misunderstood, self.last_outcome = Mode.DONE, 0, outcome
 
     def failed(self, outcome: str) -> None:
-        self.pending, self.last_outcome = None, outcome
+        self.pending, self.running, self.last_outcome = None, None, outcome
         self.mode = Mode.LISTEN
+
+    def settled(self, action_id: str, finished: SessionState) -> None:
+        """A write's outcome on a state a later turn changed while it ran (its lease was lost):
+        the write's marker goes and its outcome is told; what the later turn decided stays."""
+        if self.running is not None and self.running.id == action_id:
+            self.running = None
+        if self.pending is not None and self.pending.id == action_id:
+            self.pending = None
+        self.last_outcome, self.untold = finished.last_outcome, finished.untold
 
     def handed_off(self) -> None:
         self.pending, self.form, self.mode, self.misunderstood = None, None, Mode.HANDOFF, 0
