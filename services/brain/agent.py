@@ -380,15 +380,24 @@ class Agent:
         untold = state.untold
         if untold is None:
             return
-        last = turn.last_turn()
-        if last is not None and last.turn_id == untold.turn_id and _said_in(untold.say, last.assistant):
-            state.untold = None  # heard
+        if self._heard(turn, untold):
+            state.untold = None
             return
         untold.turn_id = turn_id
         turn.preface = untold.say
         turn.record["told"] = untold.action_id
         if untold.form is not None and state.pending is None and state.form is None:
             turn.finished = untold.form
+
+    @staticmethod
+    def _heard(turn: TurnRun, untold: Outcome) -> bool:
+        """The reply that said it is the one this caller's line reports as its last (a resumed
+        line reports none: it may never have played there), and what they heard of it holds
+        the whole sentence."""
+        if turn.request.previous_reply.turn_id != untold.turn_id:
+            return False
+        said = next((t for t in reversed(turn.history.turns) if t.turn_id == untold.turn_id), None)
+        return said is not None and _said_in(untold.say, said.assistant)
 
     async def _merge(self, turn: TurnRun, main: asyncio.Task, guard: asyncio.Task | None,
                      passed: asyncio.Event, events: asyncio.Queue) -> AsyncIterator[brain_pb2.RespondEvent]:

@@ -133,6 +133,9 @@ class Leases:
                                             args=[self.lease_ms, self.ttl_s, mode, head])
             if reply[0]:
                 lease = self._taken(lease_key, _text(reply[0]))
+                if _being_cancelled():
+                    self.let_go(lease)
+                    raise asyncio.CancelledError
                 return lease, (bool(reply[1]) if checking else _raw(reply[1]))
             left = deadline - loop.time()
             if left <= 0:
@@ -215,6 +218,14 @@ class Leases:
         """Wait for the leases being given back (tests; a server stopping)."""
         while self._work:
             await asyncio.gather(*list(self._work), return_exceptions=True)
+
+
+def _being_cancelled() -> bool:
+    """Whether this task was cancelled during a Redis command: redis-py finishes a command it
+    is cancelled in and returns its reply, so a barge-in's cancel would be lost there and the
+    turn would go on holding the session."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _text(value: bytes | str | int) -> str:
