@@ -12,6 +12,10 @@ Per turn:
 3. A question is answered from the business's knowledge only (``answers.py``).
 4. Only a completed turn is written to history (a cancelled one stores nothing),
    and every turn leaves a record of its decision, reading and tools.
+5. One turn at a time per session, across replicas: a turn holds the session's lease
+   from its read to its store (``session_lease.py``), and a confirmed write holds it
+   until its outcome is stored, so a turn spoken over the write starts from that
+   outcome and tells it first (``_compose``).
 """
 
 from __future__ import annotations
@@ -369,13 +373,14 @@ class Agent:
     def _compose(self, turn: TurnRun) -> None:
         """What happened to the session's last write, on the state this turn starts from. A write
         stored as running while this turn holds the lease has nobody running it (its replica
-        died): its outcome is unknown. An outcome the caller has not heard (they spoke over the
-        reply that said it, or it was cancelled) is said first in this reply, which becomes the
-        one that says it; the task it finished may be changed by this turn's words."""
+        died, or its outcome could not be stored): its outcome is unknown. An outcome the caller
+        has not heard (they spoke over the reply that said it, it was cancelled, or it played on
+        another socket) is said first in this reply, which becomes the one that says it; the
+        task it finished may be changed by this turn's words (a new read-back)."""
         state, turn_id = turn.state, turn.request.turn_id
         if state.running is not None:
             action = state.running
-            state.failed(f"unknown outcome (not stored): {action.action}")
+            state.outcome_unknown(f"unknown outcome (not stored): {action.action}")
             state.untold = Outcome(action_id=action.id, say=self.sentences.unknown_outcome, turn_id=turn_id)
         untold = state.untold
         if untold is None:

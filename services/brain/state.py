@@ -121,6 +121,11 @@ class SessionState(BaseModel):
         self.pending, self.running, self.last_outcome = None, None, outcome
         self.mode = Mode.LISTEN
 
+    def outcome_unknown(self, outcome: str) -> None:
+        """A write that may or may not have run: nothing of it is proposed again."""
+        self.pending, self.running, self.task, self.form = None, None, {}, None
+        self.mode, self.last_outcome = Mode.LISTEN, outcome
+
     def settled(self, action_id: str, finished: SessionState) -> None:
         """A write's outcome on a state a later turn changed while it ran (its lease was lost):
         the write's marker goes and its outcome is told; what the later turn decided stays."""
