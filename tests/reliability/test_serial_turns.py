@@ -26,19 +26,25 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+import grpc
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from services.brain import actions
 from services.brain.agent import Agent
 from services.brain.config import BrainSettings
 from services.brain.llm import OpenAIChatClient
 from services.brain.profile import parse_profile
+from services.brain.server import BrainServicer
 from services.brain.session_store import SessionStore
 from services.brain.tools import FunctionTool, ToolContext, ToolKind, ToolRegistry, ToolSpec
 from tests.fakes.encoders import BagOfWordsEncoder
 from tests.fakes.fake_llm import is_guard
 from tests.reliability import RESULTS
-from voicebot.v1 import brain_pb2
+from voicebot.common.grpc_server import server_interceptors
+from voicebot.common.internal_auth import internal_channel, internal_token
+from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
 pytestmark = [pytest.mark.reliability]
 
@@ -294,6 +300,44 @@ async def test_a_second_socket_on_another_replica_waits_for_the_write_and_hears_
                                                          "the resumed line's reply": resumed.final}
 
 
+async def test_a_barge_in_through_the_brains_grpc_service_composes_with_the_write(replicas):
+    """The same barge-in as the gateway makes it: the turn's ``Converse`` call cancelled over
+    gRPC (the brain's handler is cancelled wherever it is), the next turn on a new call."""
+    (agent, _), booking = replicas
+    server = grpc.aio.server(interceptors=server_interceptors(internal_token()))
+    brain_pb2_grpc.add_BrainServicer_to_server(BrainServicer(agent), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    line = Line(uuid.uuid4().hex)
+    try:
+        first = await read_back(agent, line)
+        async with internal_channel(f"127.0.0.1:{port}") as channel:
+            stub = brain_pb2_grpc.BrainStub(channel)
+            call = stub.Converse(iter([converse(line, "t2", "Yes.", line.heard_whole(first))]))
+            await write_started(booking)
+            call.cancel()  # the caller spoke over it
+            heard = brain_pb2.SpokenPart(turn_id="t2", text="", interrupted=True, user_text="Yes.")
+            over = stub.Converse(iter([converse(line, "t3", CORRECTION, heard)]))
+            booking.gate.set()
+            async with asyncio.timeout(STEP_S):
+                events = [event async for event in over]
+    finally:
+        await server.stop(grace=None)
+    reply = events[-1].final.text
+    assert days(booking) == [friday(booking)]
+    assert reply.startswith(DONE) and reply.endswith(READ_BACK) and "Saturday" in reply
+    state = await state_of(agent, line)
+    assert state.running is None and state.pending is not None and state.untold is not None
+    RESULTS["a barge-in over gRPC during a running write"] = {"writes": len(booking.runs),
+                                                             "the next reply": reply}
+
+
+def converse(line: Line, turn_id: str, text: str, previous: brain_pb2.SpokenPart
+             ) -> brain_pb2.ConverseRequest:
+    return brain_pb2.ConverseRequest(committed=True, start=brain_pb2.RespondRequest(
+        session_id=line.session, turn_id=turn_id, user_id="alice", text=text, previous_reply=previous))
+
+
 async def test_a_turn_that_cannot_wait_any_longer_decides_nothing_and_asks_the_caller_to_hold_on(
         replicas):
     (agent, _), booking = replicas
@@ -308,6 +352,36 @@ async def test_a_turn_that_cannot_wait_any_longer_decides_nothing_and_asks_the_c
     async with asyncio.timeout(STEP_S):
         await running
     assert len(booking.runs) == 1 and (await state_of(agent, line)).pending is None
+
+
+async def test_a_write_whose_outcome_could_not_be_stored_is_never_pending_again(replicas, monkeypatch):
+    """Redis goes away after the write was stored as running: the caller still hears the
+    outcome, and the next turn finds the write neither pending nor done but unknown."""
+    (agent, _), booking = replicas
+    monkeypatch.setattr(actions, "OUTCOME_RETRIES_S", (0.0,))
+    line = Line(uuid.uuid4().hex)
+    first = await read_back(agent, line)
+    booking.gate.set()
+    stores, real = 0, agent.store.update
+
+    async def away_after_the_first(*args, **kwargs):
+        nonlocal stores
+        stores += 1
+        if stores > 1:
+            raise RedisConnectionError("Redis went away")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(agent.store, "update", away_after_the_first)
+    yes = await line.say(agent, "Yes.", line.heard_whole(first))
+    monkeypatch.setattr(agent.store, "update", real)
+    assert yes.final is not None and yes.final.startswith(DONE)  # not "something went wrong"
+    state = await state_of(agent, line)
+    assert state.pending is None and state.running is not None  # as stored before it ran
+    again = await line.say(agent, "Yes.", line.heard_whole(yes))
+    assert len(booking.runs) == 1
+    assert again.final is not None and again.final.startswith(agent.sentences.unknown_outcome)
+    state = await state_of(agent, line)
+    assert state.running is None and state.pending is None
 
 
 async def finish(*tasks: asyncio.Task) -> None:
