@@ -11,6 +11,10 @@ WATCH/GET/MULTI-SET-EXEC; one that changes nothing is the GET alone: it writes
 nothing, and what it returns is what Redis held at that read. (For the common "the
 caller heard all of the last reply" the brain does not update at all: its load is
 a plain read.)
+
+A turn reads and writes under the session's lease (``session_lease.py``): the script that
+takes it reads the history in the same step, and the compare-and-set checks its fencing
+token and gives it back with the turn's last write.
 """
 
 from __future__ import annotations
