@@ -598,6 +598,8 @@ class Agent:
         write = asyncio.ensure_future(self.actions.run(
             state, action, request.user_id, request.session_id, request.turn_id,
             self.tools.get(action.tool), done=task.done if task else "", lease=lease))
+        self._background.add(write)  # it outlives a cancelled turn: held here until it ends
+        write.add_done_callback(self._background.discard)
         write.add_done_callback(lambda done: self._write_ended(done, lease))
         # The write finishes and is recorded even if the caller interrupts now (barge-in).
         outcome = await asyncio.shield(write)

@@ -10,8 +10,10 @@ the state the turn that ran it read.
 
 What it costs a turn: nothing in round trips. Taking the lease is the same Lua step as the
 turn's first read (``acquire``: take it, then GET the history), and giving it back is the same
-step as its last write (the compare-and-set deletes it). Measured against the real Redis by
-tests/unit/test_session_lease.py (``lease overhead`` in its output).
+step as its last write (the compare-and-set deletes it): an uncontended turn makes the same two
+round trips as without it (tests/unit/test_session_lease.py counts them). Each of the two does
+a little more inside Redis (a counter, a key with a TTL), and the process keeps a timer to renew
+the lease of a turn that runs past a third of its time.
 
 Fencing: every acquire takes the next number of the session's fence counter, and the
 compare-and-set writes only while the counter is still the writer's number. A holder whose
