@@ -215,8 +215,8 @@ def told(line: Line) -> list[Said]:
 async def test_a_barge_in_during_the_write_waits_for_it_and_its_reply_starts_with_the_outcome(replicas):
     (agent, _), booking = replicas
     line = Line(uuid.uuid4().hex)
-    await read_back(agent, line)
-    yes, running = line.start(agent, "Yes.")
+    first = await read_back(agent, line)
+    yes, running = line.start(agent, "Yes.", line.heard_whole(first))
     await write_started(booking)
     await cancel(yes, running)  # the caller speaks over it: the gateway cancels the turn's call
     over, turn = line.start(agent, "Yes.", line.cut(yes))
@@ -238,8 +238,8 @@ async def test_a_correction_spoken_over_the_write_is_a_new_read_back_never_a_sec
         replicas):
     (agent, _), booking = replicas
     line = Line(uuid.uuid4().hex)
-    await read_back(agent, line)
-    yes, running = line.start(agent, "Yes.")
+    first = await read_back(agent, line)
+    yes, running = line.start(agent, "Yes.", line.heard_whole(first))
     await write_started(booking)
     await cancel(yes, running)
     over, turn = line.start(agent, CORRECTION, line.cut(yes))
@@ -260,8 +260,8 @@ async def test_a_realtime_cancel_during_the_write_leaves_it_done_once_and_the_ne
         replicas):
     (agent, _), booking = replicas
     line = Line(uuid.uuid4().hex)
-    await read_back(agent, line)
-    yes, running = line.start(agent, "Yes.")
+    first = await read_back(agent, line)
+    yes, running = line.start(agent, "Yes.", line.heard_whole(first))
     await write_started(booking)
     await cancel(yes, running)  # response.cancel: the call is cancelled, nothing of it played
     booking.gate.set()
@@ -280,8 +280,8 @@ async def test_a_realtime_cancel_during_the_write_leaves_it_done_once_and_the_ne
 async def test_a_second_socket_on_another_replica_waits_for_the_write_and_hears_its_outcome(replicas):
     (first, second), booking = replicas
     line = Line(uuid.uuid4().hex)
-    await read_back(first, line)
-    yes, running = line.start(first, "Yes.")
+    said = await read_back(first, line)
+    yes, running = line.start(first, "Yes.", line.heard_whole(said))
     await write_started(booking)
     resumed, other = line.start(second, "Yes.")  # session.resume on another socket and replica
     await asyncio.sleep(0.05)
@@ -343,8 +343,8 @@ async def test_a_turn_that_cannot_wait_any_longer_decides_nothing_and_asks_the_c
     (agent, _), booking = replicas
     agent.settings.session_wait_s = 0.2
     line = Line(uuid.uuid4().hex)
-    await read_back(agent, line)
-    _, running = line.start(agent, "Yes.")
+    first = await read_back(agent, line)
+    _, running = line.start(agent, "Yes.", line.heard_whole(first))
     await write_started(booking)
     over = await line.say(agent, CORRECTION)
     assert over.final == agent.sentences.still_working
