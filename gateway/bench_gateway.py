@@ -734,9 +734,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=lambda s: [int(x) for x in s.split(",")],
                         default=[10, 50, 100, 200, 400])
     parser.add_argument("--seconds", type=float, default=15.0, help="measured window per load level")
-    # 90 s: ~50 turns. Not 30 (of 16, a single slow one was the p95), nor 60: drawn from the
-    # twenty-third session's 268 turns (p50 4.83 ms), a p50 of ~33 turns came out above 5 ms one
-    # time in six, one of ~50 one time in nine (docs/gateway-capacity.md, twenty-fourth session).
+    # 90 s: ~50 turns. Fewer make the p50 a coin toss near the 5 ms target (resampled from a
+    # long run, a p50 of ~33 turns crossed it far more often than one of ~50).
     parser.add_argument("--latency-seconds", type=float, default=90.0,
                         help="one caller's turns, per variant, over all rounds")
     parser.add_argument("--rounds", type=int, default=3,

@@ -12,7 +12,7 @@ probe waits ``GAP_S`` first, as a turn's hops come after the processes have idle
 frames. Then a socket round trip and some Python are timed after ``IDLE_S`` with both ends
 idle, as one caller's brain, Redis and LLM are between turns: a machine whose guests share
 their cores runs a process just woken from such a sleep several times slower, and one caller's
-turn follows that factor more than any code (docs/gateway-capacity.md).
+turn follows that factor more than any code.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How the gateway process serves: the event loop.
 
 uvloop runs the event loop in C; ``make bench-gateway`` measured 5-13 % less gateway CPU per
-audio frame with it (docs/gateway-capacity.md), so it is used when installed. uvicorn's
+audio frame with it, so it is used when installed. uvicorn's
 WebSocket protocol pauses reading after every message and hands it over through a queue; a
 variant that paused only on a full queue made no difference measurable under uvloop, while
 handing audio frames to the call where they are read (gateway/ws_direct.py) did.

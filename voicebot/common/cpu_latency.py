@@ -3,8 +3,7 @@
 Every hop between two of the stack's processes wakes one of them, often on an idle CPU. On a
 VM whose idle vCPUs halt (the development machine: Firecracker, guest halt polling off), that
 wake-up is a round trip through the host: `make bench-gateway` measured the transport floor of
-a turn at 1.8-2.7 ms with the CPUs as they are and 1.1-1.6 ms with them held awake, five pairs
-(docs/gateway-capacity.md). A process that writes a latency bound to the device and keeps it open
+a turn shorter with them held awake. A process that writes a latency bound to the device and keeps it open
 holds every CPU to idle states that wake within that bound (0: they poll); closing it lets
 them go. It costs power, and on a shared host the CPU time the idle vCPUs spin, so it is a
 choice for the host's operator (tuned's ``latency-performance`` profile holds 1 µs), made

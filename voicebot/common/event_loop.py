@@ -1,7 +1,7 @@
 """The event loop a service runs on: uvloop (the loop in C) when it is installed.
 
 ``make bench-gateway`` measured less CPU per audio frame in the gateway with it, and a shorter
-brain request -> first delta in the brain (docs/gateway-capacity.md). ``loop="asyncio"``
+brain request -> first delta in the brain. ``loop="asyncio"``
 forces asyncio's own loop (to compare, or to rule uvloop out).
 """
 

@@ -21,9 +21,7 @@ servers do:
 
 Every collection is timed from then on, either way: ``voicebot_gc_pause_seconds{generation}``
 is how long each one stopped the process. Objects made per audio frame or left in a cycle per
-turn make collections frequent and long, and a turn that meets one waits it out: the gateway's
-stalls at 200 sessions were 84 in 40 s (0.4-0.5 s in all, up to 38 ms) before the fix that
-this metric's probe found (docs/gateway-capacity.md).
+turn make collections frequent and long, and a turn that meets one waits it out.
 """
 
 from __future__ import annotations
