@@ -16,9 +16,20 @@ def _engine():
     return PiperEngine(*packaged_voice())
 
 
+@functools.lru_cache(maxsize=1)
+def _steady_engine():
+    """The same voice with its sampling noise off: the same audio on every run, for a test
+    that asserts a model's score on it (piper draws new noise, and new prosody, per render)."""
+    from piper import SynthesisConfig
+
+    engine = _engine.__wrapped__()
+    engine._syn = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    return engine
+
+
 @functools.lru_cache(maxsize=32)
-def _speech_16k(text: str) -> np.ndarray:
-    engine = _engine()
+def _speech_16k(text: str, steady: bool = False) -> np.ndarray:
+    engine = _steady_engine() if steady else _engine()
     audio = np.concatenate(list(engine.synthesize(text)))
     # Trim piper's own leading/trailing silence so the pauses a test adds are exact.
     loud = np.where(np.abs(audio) > 0.02)[0]
@@ -28,6 +39,11 @@ def _speech_16k(text: str) -> np.ndarray:
 
 def speech(text: str, rate: int = 16000) -> np.ndarray:
     return resample(_speech_16k(text), 16000, rate).astype(np.float32)
+
+
+def steady_speech(text: str, rate: int = 16000) -> np.ndarray:
+    """``speech`` that is the same on every run (see ``_steady_engine``)."""
+    return resample(_speech_16k(text, steady=True), 16000, rate).astype(np.float32)
 
 
 def silence(ms: int, rate: int = 16000) -> np.ndarray:
