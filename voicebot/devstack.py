@@ -145,7 +145,7 @@ class Stack:
                       prefix: str | None = None, replace: Proc | None = None) -> Proc:
         """Start ``python -m module`` and wait for its READY line.
 
-        ``prefix`` (default: the module's package, ``services.stt.server`` -> ``STT``) names the
+        ``prefix`` (default: the module's package, ``voicebot.stt.server`` -> ``STT``) names the
         port variables a restart pins to the ports this start got, so port 0 stays one port.
         """
         self.say(f"starting {name} ...")
@@ -463,7 +463,7 @@ def main_llm_threads() -> int:
 def speech_env(profile: str) -> dict[str, str]:
     """STT's settings that come from the business's profile: what its callers talk about
     (STT_CONTEXT in the environment wins, even empty: ``STT_CONTEXT= make bench-v2v``)."""
-    from services.brain.profile import load_profile
+    from voicebot.brain.profile import load_profile
 
     return {"STT_CONTEXT": os.environ.get("STT_CONTEXT", load_profile(profile).stt_context)}
 
@@ -472,10 +472,10 @@ def start_speech(stack: Stack, ports: dict[str, int] | None = None,
                  env: dict[str, str] | None = None) -> tuple[Proc, Proc]:
     """STT and TTS (port 0 = any free port)."""
     ports, env = ports or {}, env or {}
-    stt = stack.start_service("stt", "services.stt.server", {
+    stt = stack.start_service("stt", "voicebot.stt.server", {
         **env, "STT_PORT": str(ports.get("stt", 0)), "STT_METRICS_PORT": str(ports.get("stt_metrics", 0)),
     })
-    tts = stack.start_service("tts", "services.tts.server", {
+    tts = stack.start_service("tts", "voicebot.tts.server", {
         **env, "TTS_PORT": str(ports.get("tts", 0)), "TTS_METRICS_PORT": str(ports.get("tts_metrics", 0)),
     })
     return stt, tts
@@ -487,12 +487,12 @@ def start_brain_and_gateway(stack: Stack, *, redis_url: str, llm_base_url: str, 
                             name: str = "") -> tuple[Proc, Proc]:
     """The brain and a gateway in front of the given STT and TTS (``name`` tells pairs apart)."""
     ports, env, suffix = ports or {}, env or {}, f"-{name}" if name else ""
-    brain = stack.start_service(f"brain{suffix}", "services.brain.server", {
+    brain = stack.start_service(f"brain{suffix}", "voicebot.brain.server", {
         **env, "BRAIN_PORT": str(ports.get("brain", 0)),
         "BRAIN_METRICS_PORT": str(ports.get("brain_metrics", 0)),
         "BRAIN_REDIS_URL": redis_url, "BRAIN_LLM_BASE_URL": llm_base_url, **(brain_env or {}),
     })
-    gateway = stack.start_service(f"gateway{suffix}", "gateway.app", {
+    gateway = stack.start_service(f"gateway{suffix}", "voicebot.gateway.app", {
         **env, "GATEWAY_PORT": str(ports.get("gateway", 0)), "GATEWAY_TOKENS": tokens,
         "GATEWAY_REDIS_URL": redis_url,
         "GATEWAY_STT_ADDR": f"127.0.0.1:{stt.ready['grpc']}",
@@ -508,7 +508,7 @@ def start_mcp_servers(stack: Stack, profile: str, env: dict[str, str] | None = N
     and the brain's environment that points the profile at them (BRAIN_PROFILE included)."""
     import yaml
 
-    from services.brain.profile import load_profile, resolve_path
+    from voicebot.brain.profile import load_profile, resolve_path
 
     load_profile(profile)  # a bad profile fails here, with the field named
     raw = yaml.safe_load(resolve_path(profile).read_text())

@@ -42,16 +42,16 @@ class Svc:
 
 
 SERVICES = {
-    "gateway": Svc("gateway", "gateway.config:GatewaySettings", "gateway.app", "docker/gateway.Dockerfile",
+    "gateway": Svc("gateway", "voicebot.gateway.config:GatewaySettings", "voicebot.gateway.app", "docker/gateway.Dockerfile",
                    "voicebot/gateway", {"http": 8080}),
-    "stt": Svc("stt", "services.stt.config:SttSettings", "services.stt.server", "docker/stt.Dockerfile",
+    "stt": Svc("stt", "voicebot.stt.config:SttSettings", "voicebot.stt.server", "docker/stt.Dockerfile",
                "voicebot/stt", {"grpc": 50051, "metrics": 9101}),
-    "brain": Svc("brain", "services.brain.config:BrainSettings", "services.brain.server",
+    "brain": Svc("brain", "voicebot.brain.config:BrainSettings", "voicebot.brain.server",
                  "docker/brain.Dockerfile", "voicebot/brain", {"grpc": 50052, "metrics": 9102}),
-    "tts": Svc("tts", "services.tts.config:TtsSettings", "services.tts.server", "docker/tts.Dockerfile",
+    "tts": Svc("tts", "voicebot.tts.config:TtsSettings", "voicebot.tts.server", "docker/tts.Dockerfile",
                "voicebot/tts", {"grpc": 50053, "metrics": 9103}),
 }
-STT_CUDA = Svc("stt", "services.stt.config:SttSettings", "services.stt.server", "docker/stt-cuda.Dockerfile",
+STT_CUDA = Svc("stt", "voicebot.stt.config:SttSettings", "voicebot.stt.server", "docker/stt-cuda.Dockerfile",
                "voicebot/stt-cuda", {"grpc": 50051, "metrics": 9101})
 LLM_CPU = Svc("llm", None, "/opt/voicebot/bin/llm_server.py", "docker/llm-cpu.Dockerfile", "voicebot/llm-cpu",
               {"http": 8000})

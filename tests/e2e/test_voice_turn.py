@@ -36,7 +36,7 @@ def real_llm_gateway(services):
         _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:"})
         _, gateway = start_brain_and_gateway(
             stack, redis_url=services.redis_url, llm_base_url=llm_url,
-            tokens=TOKENS, stt=services.stt, tts=services.tts, name="real", brain_env={
+            tokens=TOKENS, stt=voicebot.stt, tts=voicebot.tts, name="real", brain_env={
                 "BRAIN_PREFILL_AFTER_REPLY": "true", **profile_env, **llm_env},
         )
         gateway_port = gateway.ready["http"]
@@ -56,7 +56,7 @@ def booking_wav(tmp_path_factory):
 def test_spoken_booking_request_gets_a_spoken_reply(real_llm_gateway, booking_wav, tmp_path):
     out = tmp_path / "reply.wav"
     cli = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "call", str(booking_wav), "--url", real_llm_gateway,
+        [sys.executable, "-m", "voicebot.gateway.cli", "call", str(booking_wav), "--url", real_llm_gateway,
          "--token", "tok-alice", "--out", str(out), "--timeout", "120"],
         capture_output=True, text=True, timeout=180,
     )

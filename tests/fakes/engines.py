@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 
-from services.brain.sentence_encoder import SentenceEncoder
-from services.stt.engine import EngineCapabilities, SttEngine
+from voicebot.brain.sentence_encoder import SentenceEncoder
+from voicebot.stt.engine import EngineCapabilities, SttEngine
 
 
 class FakeSttEngine(SttEngine):

@@ -34,8 +34,8 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.tts.config import TtsSettings
-from services.tts.segmenter import SentenceSegmenter
+from voicebot.tts.config import TtsSettings
+from voicebot.tts.segmenter import SentenceSegmenter
 from voicebot.common import gc_tuning
 from voicebot.v1 import stt_pb2, stt_pb2_grpc, tts_pb2, tts_pb2_grpc
 

@@ -3,7 +3,7 @@ spoken verbatim, and its fixed sentences (tests/fakes/profiles/stack.yaml). The 
 
 from __future__ import annotations
 
-from services.brain.profile import load_profile
+from voicebot.brain.profile import load_profile
 from tests.conftest import STACK_PROFILE
 
 PROFILE = load_profile(str(STACK_PROFILE))

@@ -36,8 +36,8 @@ import numpy as np
 import pytest
 import websockets
 
-from services.brain.profile import load_profile
-from services.brain.session_store import SessionStore
+from voicebot.brain.profile import load_profile
+from voicebot.brain.session_store import SessionStore
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT
 from tests.faults import RESULTS

@@ -16,7 +16,7 @@ import pytest
 import websockets
 from openai import AsyncOpenAI
 
-from gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
+from voicebot.gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
 from tests.audio import silence, speech
 from tests.conftest import TWILIO_SECRET
 from tests.integration.test_bargein import (

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import websockets
 
-from services.brain.session_store import SessionHistory, SessionStore
+from voicebot.brain.session_store import SessionHistory, SessionStore
 from tests.audio import noise, silence, speech, vowel
 from tests.fakes.stack_profile import MENU, UNKNOWN_FACT, answer
 from voicebot.common.audio import float_to_pcm16

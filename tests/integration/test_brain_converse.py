@@ -13,7 +13,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from services.brain.session_store import SessionStore, Turn
+from voicebot.brain.session_store import SessionStore, Turn
 from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 
@@ -74,7 +74,7 @@ async def test_a_turn_the_client_closes_without_a_commit_is_discarded(services, 
     assert await stored_turns(services.redis_url, session) == []
 
 
-# ---- the session read ahead (``prepare``: gateway/standby.py opens the call at the onset) ----
+# ---- the session read ahead (``prepare``: voicebot/gateway/standby.py opens the call at the onset) ----
 
 def prepare(session: str, user: str = "alice") -> brain_pb2.ConverseRequest:
     return brain_pb2.ConverseRequest(prepare=brain_pb2.Prepare(session_id=session, user_id=user))
@@ -194,7 +194,7 @@ async def test_prepare_without_ids_is_refused_and_a_call_that_ends_after_it_stor
 
 
 async def test_a_start_that_says_it_is_committed_needs_no_commit_message(services, scripted_llm):
-    """A call opened ahead of its words and started at the endpoint (gateway/standby.py): the
+    """A call opened ahead of its words and started at the endpoint (voicebot/gateway/standby.py): the
     start carries ``committed``, and the turn runs and is stored with nothing more sent (the
     call then ends ``HALF_CLOSE_WAIT_S`` after the turn, for want of the client's half-close); a
     commit message behind it (for an older brain) changes nothing."""

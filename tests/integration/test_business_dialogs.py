@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from services.brain.agent import Agent
-from services.brain.config import BrainSettings
-from services.brain.knowledge import open_knowledge
-from services.brain.llm import OpenAIChatClient
-from services.brain.mcp_tools import tool_value
-from services.brain.profile import load_profile
-from services.brain.sentence_encoder import MiniLMEncoder
-from services.brain.session_store import SessionStore
-from services.brain.toolbox import build_registry
+from voicebot.brain.agent import Agent
+from voicebot.brain.config import BrainSettings
+from voicebot.brain.knowledge import open_knowledge
+from voicebot.brain.llm import OpenAIChatClient
+from voicebot.brain.mcp_tools import tool_value
+from voicebot.brain.profile import load_profile
+from voicebot.brain.sentence_encoder import MiniLMEncoder
+from voicebot.brain.session_store import SessionStore
+from voicebot.brain.toolbox import build_registry
 from tests.conftest import LOG_ROOT
 from tests.fakes.fake_llm import is_guard
 from voicebot.devstack import Stack
@@ -32,7 +32,7 @@ from voicebot.v1 import brain_pb2
 
 pytestmark = pytest.mark.integration
 TODAY = "2026-11-30"  # a Monday
-SERVERS = {"clinic": ("services.clinic.server", "CLINIC"), "salon": ("services.salon.server", "SALON")}
+SERVERS = {"clinic": ("examples.clinic.server", "CLINIC"), "salon": ("examples.salon.server", "SALON")}
 
 
 @pytest.fixture(scope="module")

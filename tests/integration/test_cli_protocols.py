@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from gateway.cli_realtime import call_realtime
+from voicebot.gateway.cli_realtime import call_realtime
 from tests.audio import silence, speech
 from tests.fakes.stack_profile import PARKING, TABLE, answer
 from voicebot.common.audio import float_to_pcm16, write_wav
@@ -28,7 +28,7 @@ async def test_a_spoken_turn_over_the_realtime_protocol(services, scripted_llm, 
 
 
 def test_the_cli_takes_protocol_realtime(services, scripted_llm):
-    cli = subprocess.run([sys.executable, "-m", "gateway.cli", "call", "--protocol", "realtime",
+    cli = subprocess.run([sys.executable, "-m", "voicebot.gateway.cli", "call", "--protocol", "realtime",
                           "--text", "a table for two", "--url", services.ws_url, "--token", "tok-alice"],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stdout + cli.stderr

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from services.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource
-from services.brain.profile import load_profile
-from services.brain.readback import field_names, render
-from services.brain.tasks import build_tasks
-from services.brain.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
+from voicebot.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource
+from voicebot.brain.profile import load_profile
+from voicebot.brain.readback import field_names, render
+from voicebot.brain.tasks import build_tasks
+from voicebot.brain.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
 from voicebot.devstack import Stack
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def server_env(db: str = ":memory:", token: str = "", port: int = 0) -> dict[str
 
 
 def start(stack: Stack, env: dict[str, str], name: str = "clinic") -> str:
-    proc = stack.start_service(name, "services.clinic.server", env, timeout=30)
+    proc = stack.start_service(name, "examples.clinic.server", env, timeout=30)
     return f"http://127.0.0.1:{proc.ready['http']}/mcp"
 
 

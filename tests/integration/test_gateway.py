@@ -10,8 +10,8 @@ import httpx
 import pytest
 import websockets
 
-from gateway.cli import call
-from services.brain.session_store import SessionHistory, SessionStore
+from voicebot.gateway.cli import call
+from voicebot.brain.session_store import SessionHistory, SessionStore
 from tests.fakes.stack_profile import FALLBACK, HOURS, NEEDS_READING, PARKING, TABLE, UNKNOWN_FACT, answer
 
 pytestmark = pytest.mark.integration

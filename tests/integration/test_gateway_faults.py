@@ -42,10 +42,10 @@ def stack(redis_url, fake_llm):
     ports = {"FAKE_STT_PORT": str(free_port()), "FAKE_TTS_PORT": str(free_port())}
     try:
         speech = stack.start_service("fake-speech", "tests.fakes.speech_servers", ports)
-        brain = stack.start_service("brain", "services.brain.server", {
+        brain = stack.start_service("brain", "voicebot.brain.server", {
             "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
             "BRAIN_LLM_BASE_URL": fake_llm.base_url, "BRAIN_GUARD_ENABLED": "false"})
-        gateway = stack.start_service("gateway", "gateway.app", {
+        gateway = stack.start_service("gateway", "voicebot.gateway.app", {
             "GATEWAY_PORT": "0", "GATEWAY_TOKENS": "tok-alice=alice", "GATEWAY_REDIS_URL": redis_url,
             "GATEWAY_STT_ADDR": f"127.0.0.1:{speech.ready['stt']}",
             "GATEWAY_TTS_ADDR": f"127.0.0.1:{speech.ready['tts']}",

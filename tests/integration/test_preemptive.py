@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.cli import call
-from services.brain.session_store import SessionStore
+from voicebot.gateway.cli import call
+from voicebot.brain.session_store import SessionStore
 from tests.audio import silence, speech
 from tests.fakes.fake_llm import is_guard, last_user_text
 from tests.fakes.stack_profile import PARKING, answer

@@ -1,6 +1,6 @@
 """Profiles at start: a typo stops the brain naming the field; each shipped profile serves a turn.
 
-The brain runs as a real process (``python -m services.brain.server``) with
+The brain runs as a real process (``python -m voicebot.brain.server``) with
 its profile's MCP servers started the way ``make run`` starts them (a bearer
 token each), a scripted LLM and a real redis-server.
 """
@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from services.brain.profile import PROFILES_DIR, ProfileError, load_profile, parse_profile
+from voicebot.brain.profile import EXAMPLES_DIR, ProfileError, load_profile, parse_profile
 from tests.conftest import LOG_ROOT
 from tests.fakes.fake_llm import is_guard
 from voicebot.common.internal_auth import internal_channel
@@ -45,8 +45,8 @@ def test_an_unset_variable_in_a_profile_is_named(monkeypatch):
 
 def test_the_brain_does_not_start_with_a_typo_in_its_profile(tmp_path, redis_url):
     bad = tmp_path / "bad.yaml"
-    bad.write_text((PROFILES_DIR / "restaurant.yaml").read_text().replace("purpose:", "purpsoe:"))
-    brain = subprocess.run([sys.executable, "-m", "services.brain.server"], cwd=ROOT, timeout=60,
+    bad.write_text((EXAMPLES_DIR / "restaurant" / "profile.yaml").read_text().replace("purpose:", "purpsoe:"))
+    brain = subprocess.run([sys.executable, "-m", "voicebot.brain.server"], cwd=ROOT, timeout=60,
                            capture_output=True, text=True,
                            env={"PATH": "/usr/bin:/bin", "BRAIN_PROFILE": str(bad), "BRAIN_PORT": "0",
                                 "BRAIN_REDIS_URL": redis_url, "VOICEBOT_INTERNAL_AUTH": "false",
@@ -88,7 +88,7 @@ async def test_each_shipped_profile_starts_and_runs_its_task_from_its_tools(
     stack = Stack(LOG_ROOT / f"profile-{profile}", quiet=True)
     try:
         _, brain_env = start_mcp_servers(stack, profile)
-        brain = stack.start_service("brain", "services.brain.server", {
+        brain = stack.start_service("brain", "voicebot.brain.server", {
             **brain_env, "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
             "BRAIN_LLM_BASE_URL": scripted_llm.base_url})
         async with internal_channel(f"127.0.0.1:{brain.ready['grpc']}") as channel:

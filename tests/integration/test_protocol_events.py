@@ -9,7 +9,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from gateway import schema
+from voicebot.gateway import schema
 from tests.audio import silence, speech
 from tests.integration.test_bargein import person
 

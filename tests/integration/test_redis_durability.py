@@ -12,7 +12,7 @@ import time
 import pytest
 import redis.exceptions
 
-from gateway.sessions import SessionRegistry
+from voicebot.gateway.sessions import SessionRegistry
 from voicebot.common.redis import CONNECT_TIMEOUT_S, RETRIES, connect_redis, connect_redis_sync, max_wait_s
 from voicebot.devstack import Proc, Stack, free_port, redis_url_for
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.brain.mcp_tools import McpToolSource, McpUnreachable
+from voicebot.brain.mcp_tools import McpToolSource, McpUnreachable
 from tests.conftest import LOG_ROOT
 from voicebot.devstack import Stack
 
@@ -26,7 +26,7 @@ def server() -> Iterator[str]:
     """The server as make run starts it: admin tools at their default (off), a token."""
     stack = Stack(LOG_ROOT / "reservations-access", quiet=True)
     try:
-        proc = stack.start_service("reservations", "services.reservations.server", {
+        proc = stack.start_service("reservations", "examples.restaurant.server", {
             "RESERVATIONS_PORT": "0", "RESERVATIONS_DB": ":memory:", "RESERVATIONS_TOKEN": TOKEN,
             "RESERVATIONS_LOG_LEVEL": "WARNING"}, timeout=30)
         yield f"http://127.0.0.1:{proc.ready['http']}"

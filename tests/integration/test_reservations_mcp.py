@@ -13,9 +13,9 @@ from typing import Any
 import mcp_types
 import pytest
 
-from services.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource, load_mcp_tools, tool_spec
-from services.brain.toolcalls import ToolCall
-from services.brain.tools import Dispatcher, ToolContext, ToolKind, ToolRefused, ToolRegistry, ToolSpec
+from voicebot.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource, load_mcp_tools, tool_spec
+from voicebot.brain.toolcalls import ToolCall
+from voicebot.brain.tools import Dispatcher, ToolContext, ToolKind, ToolRefused, ToolRegistry, ToolSpec
 from voicebot.devstack import Stack, free_port
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ def server_env(port: int = 0, db: str = ":memory:") -> dict[str, str]:
 def server_url() -> Iterator[str]:
     stack = Stack(LOG_ROOT, quiet=True)
     try:
-        proc = stack.start_service("reservations", "services.reservations.server", server_env(), timeout=30)
+        proc = stack.start_service("reservations", "examples.restaurant.server", server_env(), timeout=30)
         yield f"http://127.0.0.1:{proc.ready['http']}/mcp"
     finally:
         stack.stop()
@@ -226,7 +226,7 @@ async def test_reconnects_after_the_server_restarts(tmp_path: Path, mode: str) -
     env = server_env(port, str(tmp_path / "book.sqlite3"))  # a file: bookings survive the restart
     stack = Stack(LOG_ROOT / f"restart-{mode}", quiet=True)
     try:
-        stack.start_service("reservations-restart", "services.reservations.server", env, timeout=30)
+        stack.start_service("reservations-restart", "examples.restaurant.server", env, timeout=30)
         async with McpToolSource(f"http://127.0.0.1:{port}/mcp", connect_timeout_s=2.0, mode=mode) as src:
             tools = await tools_of(src)
             slot = (await slots(tools, day="thursday", people=4))[0]
@@ -236,7 +236,7 @@ async def test_reconnects_after_the_server_restarts(tmp_path: Path, mode: str) -
             # Restarted between two calls: the old session (legacy) or pooled connection is stale,
             # which proves the request never ran, so the source reconnects and resends once.
             stack.stop()
-            stack.start_service("reservations-restart", "services.reservations.server", env, timeout=30)
+            stack.start_service("reservations-restart", "examples.restaurant.server", env, timeout=30)
             found = await tools["get_reservation"].run({"name": "Re Start"}, ctx())
             assert [r["reservation_id"] for r in found["reservations"]] == [booked["reservation_id"]]
 
@@ -245,7 +245,7 @@ async def test_reconnects_after_the_server_restarts(tmp_path: Path, mode: str) -
             stack.stop()
             with pytest.raises(McpConnectionError):
                 await tools["get_reservation"].run({"name": "Re Start"}, ctx())
-            stack.start_service("reservations-restart", "services.reservations.server", env, timeout=30)
+            stack.start_service("reservations-restart", "examples.restaurant.server", env, timeout=30)
             found = await tools["get_reservation"].run({"name": "Re Start"}, ctx())
             assert found["reservations"][0]["reservation_id"] == booked["reservation_id"]
     finally:

@@ -1,6 +1,6 @@
 """The restaurant as a caller meets it: its real MCP server, its profile, no code of its own.
 
-The reservation server is the real one (services/reservations, SQLite in
+The reservation server is the real one (examples/restaurant, SQLite in
 memory, a pinned calendar). The scripted model is the only fake: it reads
 nothing unless a test says so, so every booking here is carried by code's
 task engine (``form.py``) from the tools' schemas and the profile. Each test is
@@ -16,15 +16,15 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from services.brain.agent import Agent
-from services.brain.config import BrainSettings
-from services.brain.guard import TopicGuard
-from services.brain.llm import OpenAIChatClient
-from services.brain.mcp_tools import tool_value
-from services.brain.profile import load_profile
-from services.brain.sentence_encoder import MiniLMEncoder
-from services.brain.session_store import ReadAhead, SessionStore
-from services.brain.toolbox import build_registry
+from voicebot.brain.agent import Agent
+from voicebot.brain.config import BrainSettings
+from voicebot.brain.guard import TopicGuard
+from voicebot.brain.llm import OpenAIChatClient
+from voicebot.brain.mcp_tools import tool_value
+from voicebot.brain.profile import load_profile
+from voicebot.brain.sentence_encoder import MiniLMEncoder
+from voicebot.brain.session_store import ReadAhead, SessionStore
+from voicebot.brain.toolbox import build_registry
 from tests.conftest import LOG_ROOT
 from tests.fakes.fake_llm import is_guard
 from voicebot.devstack import Stack
@@ -38,7 +38,7 @@ TODAY = "2026-11-30"  # a Monday: "tomorrow" is Tuesday, December 1st
 def reservations_url():
     stack = Stack(LOG_ROOT / "restaurant-dialogs", quiet=True)
     try:
-        proc = stack.start_service("reservations", "services.reservations.server", {
+        proc = stack.start_service("reservations", "examples.restaurant.server", {
             "RESERVATIONS_PORT": "0", "RESERVATIONS_DB": ":memory:", "RESERVATIONS_TODAY": TODAY,
             "RESERVATIONS_LOG_LEVEL": "WARNING"})
         yield f"http://127.0.0.1:{proc.ready['http']}/mcp"
@@ -317,7 +317,7 @@ async def test_the_same_request_again_after_a_failed_check_checks_again(restaura
     real = agent.dispatcher.run
 
     async def down(tool, call, args, ctx):
-        from services.brain.tools import ToolResult
+        from voicebot.brain.tools import ToolResult
         return ToolResult(call, "unavailable", {"ok": False, "error": "down"})
 
     agent.dispatcher.run = down

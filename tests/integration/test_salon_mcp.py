@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from services.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource
-from services.brain.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
+from voicebot.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource
+from voicebot.brain.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
 from voicebot.devstack import Stack
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ def server_env(token: str = "") -> dict[str, str]:
 
 
 def start(stack: Stack, env: dict[str, str], name: str = "salon") -> str:
-    proc = stack.start_service(name, "services.salon.server", env, timeout=START_TIMEOUT_S)
+    proc = stack.start_service(name, "examples.salon.server", env, timeout=START_TIMEOUT_S)
     return f"http://127.0.0.1:{proc.ready['http']}/mcp"
 
 

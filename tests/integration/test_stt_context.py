@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.brain.profile import load_profile
-from services.stt.config import SttSettings
-from services.stt.engine import FasterWhisperEngine
-from services.stt.models import resolve_whisper_model
+from voicebot.brain.profile import load_profile
+from voicebot.stt.config import SttSettings
+from voicebot.stt.engine import FasterWhisperEngine
+from voicebot.stt.models import resolve_whisper_model
 from tests.audio import noise, silence, speech
 
 pytestmark = pytest.mark.integration

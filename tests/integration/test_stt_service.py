@@ -14,12 +14,12 @@ import httpx
 import numpy as np
 import pytest
 
-from services.stt.bench import espeak_speech
-from services.stt.config import SttSettings
-from services.stt.engine import FasterWhisperEngine
-from services.stt.models import resolve_whisper_model, silero_vad_path
-from services.stt.server import SpeechToTextServicer
-from services.stt.vad import SileroVad
+from bench.stt import espeak_speech
+from voicebot.stt.config import SttSettings
+from voicebot.stt.engine import FasterWhisperEngine
+from voicebot.stt.models import resolve_whisper_model, silero_vad_path
+from voicebot.stt.server import SpeechToTextServicer
+from voicebot.stt.vad import SileroVad
 from tests.audio import silence, speech
 from tests.fakes.engines import FakeSttEngine, GatedSttEngine, LoudnessVad
 from tests.stt_client import RecognizeCall, kinds, per_utterance, recognize

@@ -13,9 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
-from services.tts.config import TtsSettings
-from services.tts.engine import RenderStop, RenderStopped, TtsEngine
-from services.tts.server import TextToSpeechServicer
+from voicebot.tts.config import TtsSettings
+from voicebot.tts.engine import RenderStop, RenderStopped, TtsEngine
+from voicebot.tts.server import TextToSpeechServicer
 from tests.conftest import LOG_ROOT
 from voicebot.common.grpc_server import start_server
 from voicebot.common.internal_auth import internal_channel
@@ -52,7 +52,7 @@ def piper_tts():
     of many phrases."""
     stack = Stack(LOG_ROOT / "tts", quiet=True)
     try:
-        proc = stack.start_service("tts", "services.tts.server", {
+        proc = stack.start_service("tts", "voicebot.tts.server", {
             "TTS_PORT": "0", "TTS_METRICS_PORT": "0", "TTS_MAX_CLAUSE_CHARS": "2000",
             "TTS_FIRST_CLAUSE_CHARS": "0", "TTS_CHUNK_MS": str(CHUNK_MS)})
         yield PiperProcess(f"127.0.0.1:{proc.ready['grpc']}", proc.ready["metrics"])

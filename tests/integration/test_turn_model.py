@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.stt.config import SttSettings
-from services.stt.turn_model import (
+from voicebot.stt.config import SttSettings
+from voicebot.stt.turn_model import (
     SmartTurnModel,
     TurnModelError,
     TurnScorer,
@@ -104,7 +104,7 @@ def test_a_broken_model_falls_back_to_the_timer_when_so_configured(tmp_path, cap
 def test_the_service_refuses_to_start_on_a_missing_model_with_a_clear_message(tmp_path):
     missing = tmp_path / "missing.onnx"
     env = {**os.environ, "STT_TURN_MODEL_PATH": str(missing), "STT_PORT": "0", "STT_METRICS_PORT": "0"}
-    done = subprocess.run([sys.executable, "-m", "services.stt.server"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "voicebot.stt.server"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert f"stt cannot start: end-of-turn model {missing} does not exist" in done.stderr

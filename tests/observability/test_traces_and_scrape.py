@@ -21,7 +21,7 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from gateway.cli import call
+from voicebot.gateway.cli import call
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT, TOKENS
 from tests.fakes.stack_profile import NEEDS_READING

@@ -1,7 +1,7 @@
 """Trust under abuse (issue 53, items 3 and 4): no caller can starve or read the others, and a
 full Redis loses nothing live.
 
-One stack of real processes on random ports (gateway/bench_abuse.py's, as ``make bench-abuse``
+One stack of real processes on random ports (bench/abuse.py's, as ``make bench-abuse``
 runs it): redis-server with a password, a small ``maxmemory`` and the eviction policy the
 product ships (``voicebot.devstack.REDIS_EVICTION_POLICY``, equal to compose's and Kubernetes'
 by tests/deploy), instant fake STT and TTS, the scripted LLM, the real brain and the real
@@ -28,7 +28,7 @@ import websockets
 from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import OutOfMemoryError
 
-from gateway.bench_abuse import (
+from bench.abuse import (
     HOSTILE_KINDS,
     AbuseStack,
     Caller,

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import websockets
 
-from gateway.bench_abuse import Caller, start_gateway
-from gateway.cli import call
+from bench.abuse import Caller, start_gateway
+from voicebot.gateway.cli import call
 from tests.conftest import LOG_ROOT
 from tests.fakes.helpdesk_mcp import PROFILE, Helpdesk
 from tests.reliability import RESULTS
@@ -69,7 +69,7 @@ def heard_stack(redis_url, fake_llm, tmp_path_factory):
     try:
         speech = stack.start_service("fake-speech", "tests.fakes.speech_servers",
                                      {"FAKE_TTS_FAULTS": str(faults)})
-        brain = stack.start_service("brain", "services.brain.server", {
+        brain = stack.start_service("brain", "voicebot.brain.server", {
             "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
             "BRAIN_LLM_BASE_URL": fake_llm.base_url, "BRAIN_GUARD_ENABLED": "false",
             "BRAIN_PREFILL_AFTER_REPLY": "false", "BRAIN_PROFILE": str(profile),

@@ -31,14 +31,14 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.brain import actions
-from services.brain.agent import Agent
-from services.brain.config import BrainSettings
-from services.brain.llm import OpenAIChatClient
-from services.brain.profile import parse_profile
-from services.brain.server import BrainServicer
-from services.brain.session_store import SessionStore
-from services.brain.tools import FunctionTool, ToolContext, ToolKind, ToolRegistry, ToolSpec
+from voicebot.brain import actions
+from voicebot.brain.agent import Agent
+from voicebot.brain.config import BrainSettings
+from voicebot.brain.llm import OpenAIChatClient
+from voicebot.brain.profile import parse_profile
+from voicebot.brain.server import BrainServicer
+from voicebot.brain.session_store import SessionStore
+from voicebot.brain.tools import FunctionTool, ToolContext, ToolKind, ToolRegistry, ToolSpec
 from tests.fakes.encoders import BagOfWordsEncoder
 from tests.fakes.fake_llm import is_guard
 from tests.reliability import RESULTS

@@ -1,4 +1,4 @@
-"""The gateway's limits as pure logic, on a fake clock (gateway/admission.py), and the log
+"""The gateway's limits as pure logic, on a fake clock (voicebot/gateway/admission.py), and the log
 formatter's redaction of what people said (voicebot/common/logs.py)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import logging
 
 from pydantic import SecretStr
 
-from gateway.admission import LogBudget, TokenBucket, Unauthenticated, UserSessions
-from gateway.config import GatewaySettings
+from voicebot.gateway.admission import LogBudget, TokenBucket, Unauthenticated, UserSessions
+from voicebot.gateway.config import GatewaySettings
 from voicebot.common.logs import JsonFormatter
 
 
@@ -87,7 +87,7 @@ def test_secrets_in_the_settings_never_show():
 
 
 def record(**extra) -> logging.LogRecord:
-    rec = logging.LogRecord("gateway.call", logging.INFO, __file__, 1, "turn", (), None)
+    rec = logging.LogRecord("voicebot.gateway.call", logging.INFO, __file__, 1, "turn", (), None)
     rec.__dict__.update(extra)
     return rec
 

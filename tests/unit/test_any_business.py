@@ -20,12 +20,12 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from services.brain.agent import Agent
-from services.brain.config import BrainSettings
-from services.brain.llm import OpenAIChatClient
-from services.brain.profile import parse_profile
-from services.brain.session_store import SessionStore
-from services.brain.toolbox import build_registry
+from voicebot.brain.agent import Agent
+from voicebot.brain.config import BrainSettings
+from voicebot.brain.llm import OpenAIChatClient
+from voicebot.brain.profile import parse_profile
+from voicebot.brain.session_store import SessionStore
+from voicebot.brain.toolbox import build_registry
 from tests.fakes.fake_llm import is_guard
 from tests.fakes.helpdesk_mcp import PROFILE, Helpdesk
 from voicebot.common.speech_text import speakable

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import pytest
 from starlette.websockets import WebSocketState
 
-from gateway.bargein import Action, BargeInDetector, Rules, spoken_words
-from gateway.call import Call
-from gateway.config import GatewaySettings
-from gateway.protocol import SessionStart
-from gateway.turn import TurnTimings
+from voicebot.gateway.bargein import Action, BargeInDetector, Rules, spoken_words
+from voicebot.gateway.call import Call
+from voicebot.gateway.config import GatewaySettings
+from voicebot.gateway.protocol import SessionStart
+from voicebot.gateway.turn import TurnTimings
 from tests.fakes.speech_servers import sentence_events
 from voicebot.v1 import brain_pb2, stt_pb2, tts_pb2
 
@@ -199,7 +199,7 @@ class FakeBrain:
         self.prepared: list[brain_pb2.Prepare] = []  # sessions read ahead, in order
 
     def Converse(self, requests, timeout=None, metadata=None):
-        """A turn on a call opened before its request (gateway/standby.py): started and committed
+        """A turn on a call opened before its request (voicebot/gateway/standby.py): started and committed
         at once, it runs as ``Respond``; a call cancelled before its start runs nothing. Its
         first message is taken at once, as gRPC sends it: a ``prepare`` (the session read
         ahead) is recorded in ``prepared`` then."""

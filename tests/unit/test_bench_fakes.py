@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 
-from services.brain.llm import OpenAIChatClient, parse_sse_line
+from voicebot.brain.llm import OpenAIChatClient, parse_sse_line
 from tests.fakes import llm_server
 
 

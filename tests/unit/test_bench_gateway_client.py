@@ -11,7 +11,7 @@ import time
 import websockets
 from websockets.asyncio.server import serve
 
-from gateway.bench_gateway import PHASES, SILENCE, TONE, Session, StampedConnection, microphones, send_frame
+from bench.gateway import PHASES, SILENCE, TONE, Session, StampedConnection, microphones, send_frame
 
 
 def test_prepared_frames_arrive_as_the_audio_they_carry_and_text_still_goes_through_the_library():
@@ -147,8 +147,8 @@ def test_a_caller_refused_at_capacity_records_the_error_it_was_told_not_just_the
     """A gateway at capacity accepts, sends ``overloaded`` and closes 1013 without reading the
     caller's start. Here the close has always arrived before the caller sends its start (as it
     had for 199 of 200 refused callers in a loaded run): the send fails, and the error is read."""
-    from gateway import bench_gateway
-    from gateway.bench_gateway import open_session
+    from bench import voicebot.gateway as bench_gateway
+    from bench.gateway import open_session
 
     connect = websockets.connect
 

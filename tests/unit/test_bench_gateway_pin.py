@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gateway.bench_gateway import pin_cores
+from bench.gateway import pin_cores
 
 THREADED = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from gateway.bench_gateway import gc_pauses, pooled
+from bench.gateway import gc_pauses, pooled
 
 
 def test_a_variants_latency_rounds_are_pooled_as_one_sample():
@@ -35,7 +35,7 @@ def test_a_variants_latency_rounds_are_pooled_as_one_sample():
 async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(monkeypatch):
     from argparse import Namespace
 
-    from gateway import bench_gateway
+    from bench import voicebot.gateway as bench_gateway
 
     calls = []
 
@@ -82,7 +82,7 @@ def test_a_levels_rounds_keep_every_rounds_faults_and_refusals_and_are_judged_pe
     """``--load-rounds 2`` at 400 callers with a cap of 200: a failed connection and a session the
     gateway closed in the first round, and a refusal by another code in it, are not lost behind a
     clean last round, and the verdict weighs both rounds' sessions."""
-    from gateway.bench_targets import checks
+    from bench.gateway_targets import checks
 
     def run(refusals, connect_failures=0, closed=0):
         return {"turn_samples_ms": [5.0], "brain_samples_ms": [2.0], "without_brain_samples_ms": [3.0],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import bench_hops
+from bench import gateway_hops as bench_hops
 
 
 async def test_every_kind_of_hop_is_timed_against_a_real_echo_process_and_summed_into_the_floor():

@@ -6,7 +6,7 @@ import asyncio
 import signal
 import time
 
-from gateway.bench_stalls import StallMeter
+from bench.gateway_stalls import StallMeter
 
 
 def test_a_window_counts_only_the_late_wake_ups_inside_it():

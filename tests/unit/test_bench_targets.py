@@ -1,12 +1,12 @@
 """bench-gateway's verdict on the gateway's targets: one caller's p50 / p95, 200 sessions' p99 on at
-most one core with no errors, and a clear refusal beyond capacity (gateway/bench_targets.py)."""
+most one core with no errors, and a clear refusal beyond capacity (bench/gateway_targets.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.bench_gateway import refusal_codes
-from gateway.bench_targets import as_json, checks, missed, summary
+from bench.gateway import refusal_codes
+from bench.gateway_targets import as_json, checks, missed, summary
 
 
 def level(sessions, admitted=None, p99=12.0, errors=None, missed_turns=0, cores=0.5, refusals=None):

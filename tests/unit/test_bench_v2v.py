@@ -1,6 +1,6 @@
 """bench-v2v's client-side measure of a choppy reply: the longest its playback ran dry."""
 
-from voicebot.bench_v2v import longest_gap
+from bench.v2v import longest_gap
 
 RATE = 16000
 FRAME_100MS = RATE // 10 * 2  # bytes of PCM16
@@ -28,7 +28,7 @@ def test_jitter_below_the_threshold_is_not_a_gap_and_the_next_reply_is_not_count
 def test_the_stt_summary_reads_decodes_by_kind_and_finals_by_source_from_the_metrics_text():
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-    from voicebot.bench_v2v import parse_stt_decodes
+    from bench.v2v import parse_stt_decodes
 
     registry = CollectorRegistry()
     decode = Histogram("voicebot_stt_decode_seconds", "", ["kind"], registry=registry)
@@ -46,7 +46,7 @@ def test_the_stt_summary_reads_decodes_by_kind_and_finals_by_source_from_the_met
 
 
 def test_a_turn_counts_as_misheard_when_its_words_differ_and_as_blocked_when_the_guard_sentence_answered():
-    from voicebot.bench_v2v import Turn, summarise
+    from bench.v2v import Turn, summarise
 
     blocked = "Sorry, I can only help with table reservations here."
     turns = [Turn("q", "Is there parking nearby?", "piper", 900.0, {}, "Yes.", "is there parking nearby"),
@@ -57,7 +57,7 @@ def test_a_turn_counts_as_misheard_when_its_words_differ_and_as_blocked_when_the
 
 
 def test_a_reply_counts_as_read_back_when_it_opens_with_the_profiles_confirm_sentence():
-    from voicebot.bench_v2v import Turn, summarise
+    from bench.v2v import Turn, summarise
 
     turns = [Turn("b", "Make it later", "piper", 900.0, {}, "To confirm: a table at 8 pm. Shall I go ahead?"),
              Turn("b", "One more person", "piper", 800.0, {}, "Sure, what time would you like?")]
@@ -66,7 +66,7 @@ def test_a_reply_counts_as_read_back_when_it_opens_with_the_profiles_confirm_sen
 
 
 def test_a_read_back_counts_as_asked_only_when_it_says_the_change_that_was_asked_for():
-    from voicebot.bench_v2v import Turn, summarise
+    from bench.v2v import Turn, summarise
 
     opening = "To confirm: "
     eight = "Could we do eight instead"
@@ -87,7 +87,7 @@ def test_a_read_back_counts_as_asked_only_when_it_says_the_change_that_was_asked
 def test_each_case_opens_its_sessions_with_another_question_and_every_question_keeps_its_voice():
     """The same four questions per case, in an order of its own: no case opens with a prompt
     another case left in the LLM server's cache."""
-    from voicebot.bench_v2v import QUESTION_CASES, session_order
+    from bench.v2v import QUESTION_CASES, session_order
 
     orders = [session_order(8, 4, case) for case in range(len(QUESTION_CASES))]
     assert all(sorted(order) == [8, 9, 10, 11] for order in orders)
@@ -97,7 +97,7 @@ def test_each_case_opens_its_sessions_with_another_question_and_every_question_k
 
 
 def test_the_paired_overhead_compares_the_same_utterance_with_and_without_the_guard():
-    from voicebot.bench_v2v import Turn, paired_overhead
+    from bench.v2v import Turn, paired_overhead
 
     off = [Turn("questions, guard off", q, "piper", ms) for q, ms in (("a", 400), ("b", 500), ("c", 600))]
     on = [Turn("questions, guard on", q, "piper", ms) for q, ms in (("c", 650), ("a", 420), ("b", 800))]
@@ -113,7 +113,7 @@ def test_the_paired_overhead_compares_the_same_utterance_with_and_without_the_gu
 
 
 def test_the_ratio_of_the_p50s_comes_with_the_interval_it_moves_in_over_the_questions():
-    from voicebot.bench_v2v import Turn, ratio_interval
+    from bench.v2v import Turn, ratio_interval
 
     off = [Turn("questions, guard off", q, "piper", 400 + 50 * i) for i, q in enumerate("abcdefgh")]
     # Every question 10 % slower with the guard: however the questions are drawn, the ratio is 10 %.
@@ -131,7 +131,7 @@ def test_the_ratio_of_the_p50s_comes_with_the_interval_it_moves_in_over_the_ques
 def test_every_case_samples_its_replies_with_one_seed_on_top_of_the_servers_fields():
     import json
 
-    from voicebot.bench_v2v import SEED, same_words_env
+    from bench.v2v import SEED, same_words_env
 
     body = json.loads(same_words_env({"BRAIN_LLM_EXTRA_BODY": '{"id_slot": 0, "cache_prompt": true}'})[
         "BRAIN_LLM_EXTRA_BODY"])
@@ -144,8 +144,8 @@ async def test_each_turn_gets_its_brain_record_in_brief_and_a_case_its_p50s_by_w
     (after a discarded preemptive start of the same turn id) and one the screen passed."""
     import redis.asyncio as aioredis
 
-    from services.brain.session_store import SessionStore
-    from voicebot.bench_v2v import USER, Turn, attach_records, guard_summary, time_per_turn
+    from voicebot.brain.session_store import SessionStore
+    from bench.v2v import USER, Turn, attach_records, guard_summary, time_per_turn
 
     redis = aioredis.Redis.from_url(redis_url)
     store = SessionStore(redis, 60)

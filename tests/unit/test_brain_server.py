@@ -1,4 +1,4 @@
-"""services/brain/server.py without sockets: Converse over a fake agent."""
+"""voicebot/brain/server.py without sockets: Converse over a fake agent."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 import logging
 import weakref
 
-from services.brain.server import BrainServicer
+from voicebot.brain.server import BrainServicer
 from voicebot.v1 import brain_pb2
 
 

@@ -1,4 +1,4 @@
-"""A call's frame sink (``Call._audio_now``, gateway/ws_direct.py): which audio frames it takes
+"""A call's frame sink (``Call._audio_now``, voicebot/gateway/ws_direct.py): which audio frames it takes
 where the socket reads them, and which it leaves to the awaited path (that answers errors and
 weighs a barge-in), as a table of cases."""
 

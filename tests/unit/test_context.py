@@ -1,9 +1,9 @@
 """The state block is sent only when the state the model sees would change: each block left out
 is prompt the LLM server does not prefill at the endpoint."""
 
-from services.brain.context import build_messages, state_block, state_text
-from services.brain.session_store import Turn
-from services.brain.state import SessionState
+from voicebot.brain.context import build_messages, state_block, state_text
+from voicebot.brain.session_store import Turn
+from voicebot.brain.state import SessionState
 
 EMPTY = state_text({"dialog_state": "listen"})
 BOOKING = state_text({"collected": {"party_size": 2}, "dialog_state": "collect"})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench_gateway import table
+from bench.gateway import table
 from voicebot.common.cpu_latency import NO_BOUND_US, current_bound_us, held_bound
 
 

@@ -1,6 +1,6 @@
 """Endpointing decisions from scripted VAD probabilities (32 ms frames)."""
 
-from services.stt.endpointer import EndpointConfig, Endpointer, SpeechEnd, SpeechStart
+from voicebot.stt.endpointer import EndpointConfig, Endpointer, SpeechEnd, SpeechStart
 
 CONFIG = EndpointConfig(threshold=0.5, neg_threshold=0.35, min_speech_frames=2,
                         min_silence_frames=10, max_frames=100)

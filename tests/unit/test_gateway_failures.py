@@ -7,7 +7,7 @@ import asyncio
 
 import grpc
 
-from gateway.stt_link import Backoff
+from voicebot.gateway.stt_link import Backoff
 from tests.unit.test_bargein_logic import FRAME, FakeBrain, FakeCall, FakeTts, make_call, until
 from voicebot.v1 import brain_pb2, tts_pb2
 
@@ -185,13 +185,13 @@ async def test_an_error_before_the_brains_final_is_still_heard():
 
 
 def _timings():
-    from gateway.turn import TurnTimings
+    from voicebot.gateway.turn import TurnTimings
 
     return TurnTimings()
 
 
 async def test_fallback_sentences_come_from_tts_once_it_answers_and_a_chime_before():
-    from gateway.fallback import FallbackVoice, chime
+    from voicebot.gateway.fallback import FallbackVoice, chime
 
     tts = FailingTts()
     voice = FallbackVoice(tts, RATE)

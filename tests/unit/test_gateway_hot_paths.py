@@ -10,12 +10,12 @@ import time
 import numpy as np
 import pytest
 
-from gateway.config import GatewaySettings
-from gateway.origin import OriginPolicy
-from gateway.phrases import PhraseCoalescer
-from gateway.playout import Playout
-from gateway.spoken import SpokenTracker
-from gateway.stt_link import AudioOutbox, Backoff, SttLink
+from voicebot.gateway.config import GatewaySettings
+from voicebot.gateway.origin import OriginPolicy
+from voicebot.gateway.phrases import PhraseCoalescer
+from voicebot.gateway.playout import Playout
+from voicebot.gateway.spoken import SpokenTracker
+from voicebot.gateway.stt_link import AudioOutbox, Backoff, SttLink
 from voicebot.v1 import stt_pb2
 
 RATE = 16000
@@ -75,8 +75,8 @@ def test_the_replys_first_words_go_on_as_each_is_complete_until_the_first_punctu
 def test_tts_starts_the_first_piece_at_a_phrase_boundary_before_the_full_stop():
     """The gateway's phrases feed TTS's segmenter as configured by default: the first piece
     goes to the voice when the word after "from" arrives, not at the full stop."""
-    from services.tts.config import TtsSettings
-    from services.tts.segmenter import SentenceSegmenter
+    from voicebot.tts.config import TtsSettings
+    from voicebot.tts.segmenter import SentenceSegmenter
 
     tts = TtsSettings()
     segmenter = SentenceSegmenter(tts.max_clause_chars, tts.first_clause_chars, tts.first_clause_words,
@@ -299,7 +299,7 @@ async def test_a_short_tail_is_not_held_back_for_a_full_message():
 
 
 def test_a_late_event_loop_refuses_new_sessions_but_one_late_wake_up_does_not():
-    from gateway.capacity import Capacity, LoopLag
+    from voicebot.gateway.capacity import Capacity, LoopLag
 
     lag = LoopLag()
     capacity = Capacity(max_sessions=10, max_loop_lag_ms=20, lag=lag)
@@ -326,7 +326,7 @@ class FakeCpu:
 
 
 def test_a_gateway_near_its_cpu_limit_refuses_callers_arriving_together_before_their_audio_costs():
-    from gateway.capacity import Capacity, CpuUse
+    from voicebot.gateway.capacity import Capacity, CpuUse
 
     clock = FakeCpu()
     use = CpuUse(read=lambda: clock.cpu_s, clock=lambda: clock.now, window_s=2.0, interval_s=0.25)
@@ -357,7 +357,7 @@ def test_a_gateway_near_its_cpu_limit_refuses_callers_arriving_together_before_t
 
 
 def test_without_a_cpu_limit_only_the_session_cap_counts():
-    from gateway.capacity import Capacity, CpuUse
+    from voicebot.gateway.capacity import Capacity, CpuUse
 
     clock = FakeCpu()
     use = CpuUse(read=lambda: clock.cpu_s, clock=lambda: clock.now)

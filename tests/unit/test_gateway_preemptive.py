@@ -2,7 +2,7 @@
 
 The gateway's Call with scripted STT events and a fake brain that speaks Converse: its words
 come at once, its final only after the commit (as the real brain holds tools and history).
-Calls opened at the onset (gateway/standby.py) are off here, so every Converse call is a
+Calls opened at the onset (voicebot/gateway/standby.py) are off here, so every Converse call is a
 preemptive one; tests/unit/test_gateway_standby.py has the two together.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.preemptive import same_words
+from voicebot.gateway.preemptive import same_words
 from tests.unit.test_bargein_logic import (
     FakeBrain,
     FakeCall,

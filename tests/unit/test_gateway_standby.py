@@ -1,4 +1,4 @@
-"""Calls opened at the onset (gateway/standby.py): when STT says speech started, the gateway
+"""Calls opened at the onset (voicebot/gateway/standby.py): when STT says speech started, the gateway
 opens the brain's Converse call and the TTS stream for the turn the utterance may become; at
 the endpoint the turn's request goes down them, and nothing else opens a call.
 
@@ -11,8 +11,8 @@ import asyncio
 
 import pytest
 
-from gateway import standby
-from gateway.turn import TurnTimings
+from voicebot.gateway import standby
+from voicebot.gateway.turn import TurnTimings
 from tests.unit.test_bargein_logic import (
     FINAL_APART_OR_INSIDE,
     FakeBrain,

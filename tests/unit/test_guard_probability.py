@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import math
 
-from services.brain.guard import TopicGuard, block_probability
-from services.brain.llm import ChatChunk, OpenAIChatClient, parse_sse_line
-from services.brain.profile import Profile
+from voicebot.brain.guard import TopicGuard, block_probability
+from voicebot.brain.llm import ChatChunk, OpenAIChatClient, parse_sse_line
+from voicebot.brain.profile import Profile
 from voicebot import localllm
 
 

@@ -1,6 +1,6 @@
 """What the gateway tells the brain the caller heard of a reply (``previous_reply``): what was
 played, measured, for every reply (failed ones too), or the text sent to a session that asked for
-text only. The brain runs a read-back's action only on this report (services/brain/confirm.py),
+text only. The brain runs a read-back's action only on this report (voicebot/brain/confirm.py),
 so every way a read-back can go unheard must show in it. Scripted upstreams, no network."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import asyncio
 import grpc
 import pytest
 
-from gateway.protocol import ProtocolError, parse_client_text
-from gateway.spoken import SpokenTracker
-from gateway.turn import TurnTimings
+from voicebot.gateway.protocol import ProtocolError, parse_client_text
+from voicebot.gateway.spoken import SpokenTracker
+from voicebot.gateway.turn import TurnTimings
 from tests.unit.test_bargein_logic import FakeBrain, FakeCall, FakeTts, make_call, until
 from tests.unit.test_gateway_failures import rpc_error
 from voicebot.v1 import brain_pb2, tts_pb2

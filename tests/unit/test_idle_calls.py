@@ -1,6 +1,6 @@
 """A draining service ends the streams still waiting for their first message at once
 (voicebot/common/grpc_server.py, ``IdleCalls``): the gateway opens a turn's calls when the
-caller starts speaking (gateway/standby.py), and such a call must not hold a replica's drain
+caller starts speaking (voicebot/gateway/standby.py), and such a call must not hold a replica's drain
 for its whole grace period, nor carry a turn into a replica that is going away.
 
 A real service process (tests/fakes/idle_echo.py, ``serve_forever`` with a 10 s grace), real

@@ -1,4 +1,4 @@
-"""The bot answers only from what the business wrote (services/brain/knowledge.py).
+"""The bot answers only from what the business wrote (voicebot/brain/knowledge.py).
 
 A profile's ``knowledge:`` section names FAQ entries and text files; they become passages in a
 vector index, and a caller's question finds the passages about it, or nothing. Logic is pinned
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.brain.knowledge import (
+from voicebot.brain.knowledge import (
     CHUNK_CHARS,
     KnowledgeIndex,
     KnowledgeSettings,
@@ -26,8 +26,8 @@ from services.brain.knowledge import (
     normalise,
     open_knowledge,
 )
-from services.brain.profile import ProfileError
-from services.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder
+from voicebot.brain.profile import ProfileError
+from voicebot.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder
 from tests.fakes.encoders import BagOfWordsEncoder
 
 PETS = "Dogs are welcome on the terrace, and we bring them a bowl of water."

@@ -4,7 +4,7 @@ import random
 
 import numpy as np
 
-from gateway.line_level import LineFloor, mean_square
+from voicebot.gateway.line_level import LineFloor, mean_square
 
 
 def test_the_floor_is_the_quietest_of_the_frames_before_this_one_within_the_window():

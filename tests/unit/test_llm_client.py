@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.brain.llm import LLMRequestError, LLMUnavailable, OpenAIChatClient
+from voicebot.brain.llm import LLMRequestError, LLMUnavailable, OpenAIChatClient
 from voicebot.devstack import free_port
 
 

@@ -19,12 +19,12 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from services.brain.agent import Agent
-from services.brain.config import BrainSettings
-from services.brain.guard import TopicGuard
-from services.brain.llm import LLMUnavailable, OpenAIChatClient
-from services.brain.profile import Profile
-from services.brain.session_store import SessionStore
+from voicebot.brain.agent import Agent
+from voicebot.brain.config import BrainSettings
+from voicebot.brain.guard import TopicGuard
+from voicebot.brain.llm import LLMUnavailable, OpenAIChatClient
+from voicebot.brain.profile import Profile
+from voicebot.brain.session_store import SessionStore
 from voicebot.devstack import free_port
 from voicebot.v1 import brain_pb2
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from services.brain.llm import ChatChunk, OpenAIChatClient, PlainHTTP, _Closed, merged
+from voicebot.brain.llm import ChatChunk, OpenAIChatClient, PlainHTTP, _Closed, merged
 
 
 def sse(*texts: str) -> bytes:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.protocol import InputText, PlaybackPosition, ProtocolError, SessionStart, parse_client_text
+from voicebot.gateway.protocol import InputText, PlaybackPosition, ProtocolError, SessionStart, parse_client_text
 
 
 def test_session_start_defaults():

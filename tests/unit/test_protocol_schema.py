@@ -1,4 +1,4 @@
-"""Protocol v1's JSON Schema: generated from gateway/schema.py's models, and not stale."""
+"""Protocol v1's JSON Schema: generated from voicebot/gateway/schema.py's models, and not stale."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import jsonschema
 import pytest
 
-from gateway import schema
+from voicebot.gateway import schema
 
 
 def test_the_committed_schema_is_the_generated_one():
-    assert schema.SCHEMA_PATH.read_text() == schema.rendered(), "run: .venv/bin/python -m gateway.schema"
+    assert schema.SCHEMA_PATH.read_text() == schema.rendered(), "run: .venv/bin/python -m voicebot.gateway.schema"
 
 
 def validator(side: str) -> jsonschema.Draft202012Validator:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from services.tts.config import TtsSettings
-from services.tts.segmenter import SentenceSegmenter, WordCut, voiced
+from voicebot.tts.config import TtsSettings
+from voicebot.tts.segmenter import SentenceSegmenter, WordCut, voiced
 
 
 def segment(deltas, max_clause=120):

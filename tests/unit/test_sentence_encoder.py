@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder, packaged_minilm_dir
+from voicebot.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder, packaged_minilm_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = {
@@ -71,7 +71,7 @@ def test_an_encode_leaves_no_blas_threads_spinning():
     it uses while idle right after an encode."""
     script = (
         "import time\n"
-        "from services.brain.sentence_encoder import MiniLMEncoder\n"
+        "from voicebot.brain.sentence_encoder import MiniLMEncoder\n"
         "e = MiniLMEncoder()\n"
         "e.encode(['Do you have vegetarian dishes?', 'Can I bring my dog?'])\n"
         "before = time.process_time(); time.sleep(0.4)\n"

@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from gateway.playout import Playout
-from gateway.spoken import SpokenTracker
-from gateway.turn import TurnRunner, TurnTimings
+from voicebot.gateway.playout import Playout
+from voicebot.gateway.spoken import SpokenTracker
+from voicebot.gateway.turn import TurnRunner, TurnTimings
 from tests.fakes.speech_servers import sentence_events
 from voicebot.v1 import tts_pb2
 

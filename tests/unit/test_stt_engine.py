@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.stt.engine import (
+from voicebot.stt.engine import (
     MIDDLE_WINDOW_FRAMES,
     WINDOW_FRAMES,
     DraftDiscarded,

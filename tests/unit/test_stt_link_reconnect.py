@@ -9,7 +9,7 @@ import time
 
 import grpc
 
-from gateway.stt_link import Backoff, SttLink
+from voicebot.gateway.stt_link import Backoff, SttLink
 from voicebot.v1 import stt_pb2
 
 FRAME = bytes(640)
@@ -67,7 +67,7 @@ async def test_a_refused_stream_waits_out_its_backoff_even_with_the_channel_up()
 
 async def test_a_slow_refusal_is_still_one_outage(monkeypatch):
     """STT at capacity but slow to say so (loaded): the caller is told once, not per refusal."""
-    monkeypatch.setattr("gateway.stt_link.HEALTHY_AFTER_S", 0.1)
+    monkeypatch.setattr("voicebot.gateway.stt_link.HEALTHY_AFTER_S", 0.1)
     told: list[grpc.StatusCode] = []
 
     def open_stream(_requests):

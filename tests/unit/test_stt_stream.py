@@ -12,11 +12,11 @@ import threading
 import numpy as np
 import pytest
 
-from services.stt.endpointer import EndpointConfig
-from services.stt.engine import DraftDiscarded
-from services.stt.recognizer import FINAL, PARTIAL, SPECULATIVE, DecodePool, Segment, StreamRecognizer
-from services.stt.stream import RecognitionStream, StreamOptions
-from services.stt.vad import FRAME_SAMPLES
+from voicebot.stt.endpointer import EndpointConfig
+from voicebot.stt.engine import DraftDiscarded
+from voicebot.stt.recognizer import FINAL, PARTIAL, SPECULATIVE, DecodePool, Segment, StreamRecognizer
+from voicebot.stt.stream import RecognitionStream, StreamOptions
+from voicebot.stt.vad import FRAME_SAMPLES
 from tests.fakes.engines import FakeSttEngine, GatedSttEngine, LoudnessVad
 from tests.stt_client import event_kind
 from voicebot.common.audio import float_to_pcm16, resample

@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from services.tts.engine import Leveller, split_phonemes
-from services.tts.pool import DeadlinePool
+from voicebot.tts.engine import Leveller, split_phonemes
+from voicebot.tts.pool import DeadlinePool
 
 
 def phonemes(text: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.tts.normalize import prepare, strip_markdown
+from voicebot.tts.normalize import prepare, strip_markdown
 from voicebot.common.speech_text import speakable
 
 

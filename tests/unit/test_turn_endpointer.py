@@ -1,6 +1,6 @@
 """The endpointer with an end-of-turn model: pauses, the model's verdicts, the limit (32 ms frames)."""
 
-from services.stt.endpointer import EndpointConfig, Endpointer, Pause, SpeechEnd, SpeechStart
+from voicebot.stt.endpointer import EndpointConfig, Endpointer, Pause, SpeechEnd, SpeechStart
 
 # Pause after 4 silent frames, the fixed timer at 10, the limit at 30; 6 frames of speech make a turn.
 CONFIG = EndpointConfig(threshold=0.5, neg_threshold=0.35, min_speech_frames=2, min_silence_frames=10,

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from services.stt.endpointer import EndpointConfig
-from services.stt.recognizer import DecodePool, StreamRecognizer
-from services.stt.stream import RecognitionStream, StreamOptions
-from services.stt.turn_model import Verdict
+from voicebot.stt.endpointer import EndpointConfig
+from voicebot.stt.recognizer import DecodePool, StreamRecognizer
+from voicebot.stt.stream import RecognitionStream, StreamOptions
+from voicebot.stt.turn_model import Verdict
 from tests.fakes.engines import FakeSttEngine, LoudnessVad
 from tests.unit.test_stt_stream import loud, quiet
 

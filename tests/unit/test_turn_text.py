@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.stt.turn_text import unfinished
+from voicebot.stt.turn_text import unfinished
 
 
 @pytest.mark.parametrize("text", [

@@ -1,4 +1,4 @@
-"""Audio frames handed to a call where the socket reads them (gateway/ws_direct.py): the same
+"""Audio frames handed to a call where the socket reads them (voicebot/gateway/ws_direct.py): the same
 messages in the same order as through uvicorn's queue, whatever the sink takes or declines.
 And the other way, messages sent together: in order, in one write to the socket."""
 
@@ -13,7 +13,7 @@ import websockets
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
-from gateway import ws_direct
+from voicebot.gateway import ws_direct
 
 
 class Recorder:

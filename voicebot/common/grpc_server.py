@@ -63,7 +63,7 @@ class InternalTokenInterceptor(grpc.aio.ServerInterceptor):
 
 class IdleCalls:
     """Streams opened ahead of their first message (the gateway opens a turn's calls when the
-    caller starts speaking: gateway/standby.py). A draining server ends them at once with
+    caller starts speaking: voicebot/gateway/standby.py). A draining server ends them at once with
     UNAVAILABLE: their turn then opens fresh calls, which the load balancer sends to another
     replica, instead of finding its call cut at the end of the grace period (and the drain
     does not wait out the grace period for streams that never started)."""

@@ -1,6 +1,6 @@
 """What every business's MCP server shares: bearer-token access, a pinned calendar, serving.
 
-A business brings its own MCP server (``services/reservations``, ``services/clinic``);
+A business brings its own MCP server (``examples/restaurant``, ``examples/clinic``);
 these pieces keep each one a page of its own tools. ``serve`` runs the server's
 streamable-HTTP app under uvicorn, behind ``BearerAuth`` when a token is set, and
 prints one ``READY <name> http=PORT`` line (the launcher waits for it; port 0 picks a

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from voicebot.common.config import ServiceSettings
+
+
+class TtsSettings(ServiceSettings):
+    """TTS_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="TTS_", extra="ignore")
+
+    port: int = 50053
+    metrics_port: int = 9103
+    # Piper voice .onnx; empty means the packaged en_US-joe-medium.
+    voice_path: str = ""
+    voice_config_path: str = ""
+    # Concurrent phrase renders across all calls (the worker pool's size).
+    workers: int = 2
+    # ONNX threads per render; 0 means cores // workers, so the pool uses each core once.
+    threads: int = 0
+    # A phrase's audio exists whole once rendered, and the gateway paces it to the caller itself
+    # (voicebot/gateway/playout.py): smaller chunks only add gRPC messages. 1000, not 100: a reply of three
+    # short sentences went in 9 messages, not 14, and each side's CPU per reply fell 15-30 %
+    # (the fake TTS, 2026-12-04).
+    chunk_ms: int = 1000
+    # A clause longer than this is cut at a comma so speech starts sooner.
+    max_clause_chars: int = 120
+    # A sentence is rendered in pieces at its commas when both sides have at least
+    # this many phonemes (~1 s of speech), so its first audio comes sooner; 0 renders whole sentences.
+    min_phrase_phonemes: int = 24
+    # The reply's first piece starts at its first comma once it holds this many characters, or
+    # after this many words when no comma comes, without waiting for the full stop (0: off).
+    # 3, so "Yes," and "Sorry," are spoken while the model writes the rest of the sentence: most
+    # replies open that way, and the first audio comes ~0.4 s sooner on two cores (make bench-v2v);
+    # the join falls on the comma's own pause.
+    first_clause_chars: int = 3
+    first_clause_words: int = 8
+    # With no comma: the first piece may end before a word that opens a phrase ("from", "at",
+    # "because", ...) once this many words precede it, rather than at first_clause_words (0: off).
+    # make bench-v2v (2026-12-03): replies like "I'm located five blocks away from the train
+    # station." waited 440-600 ms of decode for their eighth word or full stop.
+    first_clause_min_words: int = 5
+    max_text_chars: int = 4000
