@@ -39,13 +39,13 @@ from pathlib import Path
 
 import httpx
 
+from voicebot import localllm
 from voicebot.brain.context import build_messages, state_text
 from voicebot.brain.guard import TopicGuard
 from voicebot.brain.llm import OpenAIChatClient
 from voicebot.brain.profile import load_profile
 from voicebot.brain.prompts import system_prompt
 from voicebot.brain.session_store import Turn
-from voicebot import localllm
 from voicebot.common.stats import percentile
 from voicebot.devstack import Stack, free_port, main_llm_threads
 

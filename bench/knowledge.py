@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from voicebot.brain.answers import for_the_ear
 from bench.dialog import TOKEN, Conversation, each_profile, profile_args, words
+from voicebot.brain.answers import for_the_ear
 from voicebot.brain.knowledge import load_passages
 from voicebot.brain.profile import Profile, load_profile
 from voicebot.common.stats import percentile

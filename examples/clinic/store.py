@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from voicebot.common import booking_db
+from examples import booking_db
 from examples.booking_db import WEEKDAYS, InvalidRequest, open_db, transaction
 
 __all__ = ["WEEKDAYS", "InvalidRequest", "OpeningTaken", "Store", "parse_day", "parse_time"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from voicebot.common import booking_db
+from examples import booking_db
 from examples.booking_db import InvalidRequest, open_db, parse_day, transaction
 
 __all__ = ["InvalidRequest", "SlotTaken", "Store", "parse_day", "parse_time"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from voicebot.common import booking_db
+from examples import booking_db
 from examples.booking_db import InvalidRequest, open_db, transaction
 
 __all__ = ["SERVICES", "STYLISTS", "InvalidRequest", "Store", "TimeTaken", "parse_service", "parse_stylist"]

@@ -42,7 +42,8 @@ class Svc:
 
 
 SERVICES = {
-    "gateway": Svc("gateway", "voicebot.gateway.config:GatewaySettings", "voicebot.gateway.app", "docker/gateway.Dockerfile",
+    "gateway": Svc("gateway", "voicebot.gateway.config:GatewaySettings", "voicebot.gateway.app",
+                   "docker/gateway.Dockerfile",
                    "voicebot/gateway", {"http": 8080}),
     "stt": Svc("stt", "voicebot.stt.config:SttSettings", "voicebot.stt.server", "docker/stt.Dockerfile",
                "voicebot/stt", {"grpc": 50051, "metrics": 9101}),

@@ -36,7 +36,7 @@ def real_llm_gateway(services):
         _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:"})
         _, gateway = start_brain_and_gateway(
             stack, redis_url=services.redis_url, llm_base_url=llm_url,
-            tokens=TOKENS, stt=voicebot.stt, tts=voicebot.tts, name="real", brain_env={
+            tokens=TOKENS, stt=services.stt, tts=services.tts, name="real", brain_env={
                 "BRAIN_PREFILL_AFTER_REPLY": "true", **profile_env, **llm_env},
         )
         gateway_port = gateway.ready["http"]

@@ -34,9 +34,9 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from voicebot.common import gc_tuning
 from voicebot.tts.config import TtsSettings
 from voicebot.tts.segmenter import SentenceSegmenter
-from voicebot.common import gc_tuning
 from voicebot.v1 import stt_pb2, stt_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 # int16 units: the bench's "speech" is a tone far above it, silence is zeros. A peak, not an RMS:

@@ -16,7 +16,6 @@ import pytest
 import websockets
 from openai import AsyncOpenAI
 
-from voicebot.gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
 from tests.audio import silence, speech
 from tests.conftest import TWILIO_SECRET
 from tests.integration.test_bargein import (
@@ -28,6 +27,7 @@ from tests.integration.test_bargein import (
     gateway_metric,
 )
 from voicebot.common.audio import float_to_pcm16
+from voicebot.gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
 
 pytestmark = pytest.mark.integration
 

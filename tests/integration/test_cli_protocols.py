@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from voicebot.gateway.cli_realtime import call_realtime
 from tests.audio import silence, speech
 from tests.fakes.stack_profile import PARKING, TABLE, answer
 from voicebot.common.audio import float_to_pcm16, write_wav
+from voicebot.gateway.cli_realtime import call_realtime
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 import websockets
 
-from voicebot.gateway.cli import call
-from voicebot.brain.session_store import SessionHistory, SessionStore
 from tests.fakes.stack_profile import FALLBACK, HOURS, NEEDS_READING, PARKING, TABLE, UNKNOWN_FACT, answer
+from voicebot.brain.session_store import SessionHistory, SessionStore
+from voicebot.gateway.cli import call
 
 pytestmark = pytest.mark.integration
 

@@ -164,8 +164,8 @@ async def test_auth_is_off_only_when_said_so(monkeypatch):
 def test_a_service_without_the_token_exits_with_a_clear_message():
     env = {k: v for k, v in os.environ.items() if k != "VOICEBOT_INTERNAL_TOKEN"}
     env.update({"GATEWAY_TOKENS": "tok=user", "GATEWAY_PORT": "0"})
-    result = subprocess.run([sys.executable, "-m", "voicebot.gateway.app"], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "voicebot.gateway.app"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "VOICEBOT_INTERNAL_TOKEN is empty" in result.stderr
     assert "Traceback" not in result.stderr

@@ -9,9 +9,9 @@ import jsonschema
 import numpy as np
 import pytest
 
-from voicebot.gateway import schema
 from tests.audio import silence, speech
 from tests.integration.test_bargein import person
+from voicebot.gateway import schema
 
 pytestmark = pytest.mark.integration
 

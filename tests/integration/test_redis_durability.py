@@ -12,9 +12,9 @@ import time
 import pytest
 import redis.exceptions
 
-from voicebot.gateway.sessions import SessionRegistry
 from voicebot.common.redis import CONNECT_TIMEOUT_S, RETRIES, connect_redis, connect_redis_sync, max_wait_s
 from voicebot.devstack import Proc, Stack, free_port, redis_url_for
+from voicebot.gateway.sessions import SessionRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from voicebot.brain.mcp_tools import McpToolSource, McpUnreachable
 from tests.conftest import LOG_ROOT
+from voicebot.brain.mcp_tools import McpToolSource, McpUnreachable
 from voicebot.devstack import Stack
 
 pytestmark = pytest.mark.integration

@@ -16,6 +16,8 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
+from tests.conftest import LOG_ROOT
+from tests.fakes.fake_llm import is_guard
 from voicebot.brain.agent import Agent
 from voicebot.brain.config import BrainSettings
 from voicebot.brain.guard import TopicGuard
@@ -25,8 +27,6 @@ from voicebot.brain.profile import load_profile
 from voicebot.brain.sentence_encoder import MiniLMEncoder
 from voicebot.brain.session_store import ReadAhead, SessionStore
 from voicebot.brain.toolbox import build_registry
-from tests.conftest import LOG_ROOT
-from tests.fakes.fake_llm import is_guard
 from voicebot.devstack import Stack
 from voicebot.v1 import brain_pb2
 

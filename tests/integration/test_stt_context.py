@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.audio import noise, silence, speech
 from voicebot.brain.profile import load_profile
 from voicebot.stt.config import SttSettings
 from voicebot.stt.engine import FasterWhisperEngine
 from voicebot.stt.models import resolve_whisper_model
-from tests.audio import noise, silence, speech
 
 pytestmark = pytest.mark.integration
 

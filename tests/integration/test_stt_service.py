@@ -15,11 +15,6 @@ import numpy as np
 import pytest
 
 from bench.stt import espeak_speech
-from voicebot.stt.config import SttSettings
-from voicebot.stt.engine import FasterWhisperEngine
-from voicebot.stt.models import resolve_whisper_model, silero_vad_path
-from voicebot.stt.server import SpeechToTextServicer
-from voicebot.stt.vad import SileroVad
 from tests.audio import silence, speech
 from tests.fakes.engines import FakeSttEngine, GatedSttEngine, LoudnessVad
 from tests.stt_client import RecognizeCall, kinds, per_utterance, recognize
@@ -27,6 +22,11 @@ from tests.unit.test_stt_stream import loud, quiet
 from voicebot.common.audio import pcm16_to_float
 from voicebot.common.grpc_server import start_server
 from voicebot.common.internal_auth import internal_channel
+from voicebot.stt.config import SttSettings
+from voicebot.stt.engine import FasterWhisperEngine
+from voicebot.stt.models import resolve_whisper_model, silero_vad_path
+from voicebot.stt.server import SpeechToTextServicer
+from voicebot.stt.vad import SileroVad
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
 pytestmark = pytest.mark.integration

@@ -13,13 +13,13 @@ import httpx
 import numpy as np
 import pytest
 
-from voicebot.tts.config import TtsSettings
-from voicebot.tts.engine import RenderStop, RenderStopped, TtsEngine
-from voicebot.tts.server import TextToSpeechServicer
 from tests.conftest import LOG_ROOT
 from voicebot.common.grpc_server import start_server
 from voicebot.common.internal_auth import internal_channel
 from voicebot.devstack import Stack
+from voicebot.tts.config import TtsSettings
+from voicebot.tts.engine import RenderStop, RenderStopped, TtsEngine
+from voicebot.tts.server import TextToSpeechServicer
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
 
 pytestmark = pytest.mark.integration

@@ -19,6 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.audio import silence, steady_speech
+from tests.fakes.engines import FakeSttEngine
+from tests.integration.test_stt_service import fake_stt  # noqa: F401 - the fixture
+from tests.stt_client import RecognizeCall
 from voicebot.stt.config import SttSettings
 from voicebot.stt.turn_model import (
     SmartTurnModel,
@@ -27,10 +31,6 @@ from voicebot.stt.turn_model import (
     load_turn_scorer,
     packaged_model_path,
 )
-from tests.audio import silence, steady_speech
-from tests.fakes.engines import FakeSttEngine
-from tests.integration.test_stt_service import fake_stt  # noqa: F401 - the fixture
-from tests.stt_client import RecognizeCall
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,12 +21,12 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from voicebot.gateway.cli import call
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT, TOKENS
 from tests.fakes.stack_profile import NEEDS_READING
 from voicebot.common.audio import float_to_pcm16, write_wav
 from voicebot.devstack import Stack, free_port, start_brain_and_gateway, start_speech
+from voicebot.gateway.cli import call
 
 pytestmark = pytest.mark.integration
 STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_voice")

@@ -26,12 +26,12 @@ import pytest
 import websockets
 
 from bench.abuse import Caller, start_gateway
-from voicebot.gateway.cli import call
 from tests.conftest import LOG_ROOT
 from tests.fakes.helpdesk_mcp import PROFILE, Helpdesk
 from tests.reliability import RESULTS
 from tests.unit.test_any_business import TOKEN, desk_reader
 from voicebot.devstack import Stack
+from voicebot.gateway.cli import call
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 

@@ -8,9 +8,9 @@ import logging
 
 from pydantic import SecretStr
 
+from voicebot.common.logs import JsonFormatter
 from voicebot.gateway.admission import LogBudget, TokenBucket, Unauthenticated, UserSessions
 from voicebot.gateway.config import GatewaySettings
-from voicebot.common.logs import JsonFormatter
 
 
 class Clock:

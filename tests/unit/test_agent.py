@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from tests.fakes.encoders import BagOfWordsEncoder
+from tests.fakes.engines import FakeSentenceEncoder
+from tests.fakes.fake_llm import is_guard
 from voicebot.brain.agent import Agent
 from voicebot.brain.answers import claims_outcome, shares_words
 from voicebot.brain.config import BrainSettings
@@ -25,9 +28,6 @@ from voicebot.brain.llm import OpenAIChatClient
 from voicebot.brain.profile import ProfileError, parse_profile
 from voicebot.brain.session_store import SessionStore
 from voicebot.brain.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
-from tests.fakes.encoders import BagOfWordsEncoder
-from tests.fakes.engines import FakeSentenceEncoder
-from tests.fakes.fake_llm import is_guard
 from voicebot.v1 import brain_pb2
 
 PROFILE = {

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import pytest
 from starlette.websockets import WebSocketState
 
+from tests.fakes.speech_servers import sentence_events
 from voicebot.gateway.bargein import Action, BargeInDetector, Rules, spoken_words
 from voicebot.gateway.call import Call
 from voicebot.gateway.config import GatewaySettings
 from voicebot.gateway.protocol import SessionStart
 from voicebot.gateway.turn import TurnTimings
-from tests.fakes.speech_servers import sentence_events
 from voicebot.v1 import brain_pb2, stt_pb2, tts_pb2
 
 RATE = 16000

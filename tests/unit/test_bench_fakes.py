@@ -7,8 +7,8 @@ import asyncio
 
 import httpx
 
-from voicebot.brain.llm import OpenAIChatClient, parse_sse_line
 from tests.fakes import llm_server
+from voicebot.brain.llm import OpenAIChatClient, parse_sse_line
 
 
 async def _serve() -> tuple[asyncio.Server, str]:

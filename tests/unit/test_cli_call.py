@@ -15,9 +15,9 @@ import pytest
 import websockets
 from websockets.asyncio.server import serve
 
+from voicebot.common.audio import float_to_pcm16, write_wav
 from voicebot.gateway.call_result import TRAILING_SILENCE_MS
 from voicebot.gateway.cli import call
-from voicebot.common.audio import float_to_pcm16, write_wav
 
 # The 100 ms of speech and the client's trailing silence, as 16 kHz pcm16.
 ALL_AUDIO_BYTES = (1600 + 16000 * TRAILING_SILENCE_MS // 1000) * 2

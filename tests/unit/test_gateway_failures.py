@@ -7,8 +7,8 @@ import asyncio
 
 import grpc
 
-from voicebot.gateway.stt_link import Backoff
 from tests.unit.test_bargein_logic import FRAME, FakeBrain, FakeCall, FakeTts, make_call, until
+from voicebot.gateway.stt_link import Backoff
 from voicebot.v1 import brain_pb2, tts_pb2
 
 RATE = 16000

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-from voicebot.gateway.preemptive import same_words
 from tests.unit.test_bargein_logic import (
     FakeBrain,
     FakeCall,
@@ -21,6 +20,7 @@ from tests.unit.test_bargein_logic import (
     transcript,
     until,
 )
+from voicebot.gateway.preemptive import same_words
 from voicebot.v1 import brain_pb2
 
 

@@ -11,8 +11,6 @@ import asyncio
 
 import pytest
 
-from voicebot.gateway import standby
-from voicebot.gateway.turn import TurnTimings
 from tests.unit.test_bargein_logic import (
     FINAL_APART_OR_INSIDE,
     FakeBrain,
@@ -25,6 +23,8 @@ from tests.unit.test_bargein_logic import (
     utterance_ends,
 )
 from tests.unit.test_gateway_preemptive import ConverseBrain, speculative
+from voicebot.gateway import standby
+from voicebot.gateway.turn import TurnTimings
 
 
 async def say(call, utterance: int, text: str) -> None:

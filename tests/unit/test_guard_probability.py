@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import math
 
+from voicebot import localllm
 from voicebot.brain.guard import TopicGuard, block_probability
 from voicebot.brain.llm import ChatChunk, OpenAIChatClient, parse_sse_line
 from voicebot.brain.profile import Profile
-from voicebot import localllm
 
 
 def alternatives(**probabilities: float) -> list[tuple[str, float]]:

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fakes.engines import FakeSentenceEncoder
 from voicebot.brain.guard import TopicGuard
 from voicebot.brain.guard_screen import ExampleScreen
 from voicebot.brain.llm import ChatChunk
 from voicebot.brain.profile import load_profile
 from voicebot.brain.sentence_encoder import MiniLMEncoder
-from tests.fakes.engines import FakeSentenceEncoder
 
 CORPORA = Path(__file__).resolve().parents[1] / "guard_corpora"
 

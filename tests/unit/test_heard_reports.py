@@ -10,11 +10,11 @@ import asyncio
 import grpc
 import pytest
 
+from tests.unit.test_bargein_logic import FakeBrain, FakeCall, FakeTts, make_call, until
+from tests.unit.test_gateway_failures import rpc_error
 from voicebot.gateway.protocol import ProtocolError, parse_client_text
 from voicebot.gateway.spoken import SpokenTracker
 from voicebot.gateway.turn import TurnTimings
-from tests.unit.test_bargein_logic import FakeBrain, FakeCall, FakeTts, make_call, until
-from tests.unit.test_gateway_failures import rpc_error
 from voicebot.v1 import brain_pb2, tts_pb2
 
 RATE = 16000

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fakes.encoders import BagOfWordsEncoder
 from voicebot.brain.knowledge import (
     CHUNK_CHARS,
     KnowledgeIndex,
@@ -28,7 +29,6 @@ from voicebot.brain.knowledge import (
 )
 from voicebot.brain.profile import ProfileError
 from voicebot.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder
-from tests.fakes.encoders import BagOfWordsEncoder
 
 PETS = "Dogs are welcome on the terrace, and we bring them a bowl of water."
 PARKING = "There are two free spaces behind the building."

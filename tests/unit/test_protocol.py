@@ -2,7 +2,13 @@
 
 import pytest
 
-from voicebot.gateway.protocol import InputText, PlaybackPosition, ProtocolError, SessionStart, parse_client_text
+from voicebot.gateway.protocol import (
+    InputText,
+    PlaybackPosition,
+    ProtocolError,
+    SessionStart,
+    parse_client_text,
+)
 
 
 def test_session_start_defaults():

@@ -11,7 +11,8 @@ from voicebot.gateway import schema
 
 
 def test_the_committed_schema_is_the_generated_one():
-    assert schema.SCHEMA_PATH.read_text() == schema.rendered(), "run: .venv/bin/python -m voicebot.gateway.schema"
+    assert schema.SCHEMA_PATH.read_text() == schema.rendered(), \
+        "run: .venv/bin/python -m voicebot.gateway.schema"
 
 
 def validator(side: str) -> jsonschema.Draft202012Validator:

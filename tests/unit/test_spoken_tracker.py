@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
+from tests.fakes.speech_servers import sentence_events
 from voicebot.gateway.playout import Playout
 from voicebot.gateway.spoken import SpokenTracker
 from voicebot.gateway.turn import TurnRunner, TurnTimings
-from tests.fakes.speech_servers import sentence_events
 from voicebot.v1 import tts_pb2
 
 RATE = 16000

@@ -12,14 +12,14 @@ import threading
 import numpy as np
 import pytest
 
+from tests.fakes.engines import FakeSttEngine, GatedSttEngine, LoudnessVad
+from tests.stt_client import event_kind
+from voicebot.common.audio import float_to_pcm16, resample
 from voicebot.stt.endpointer import EndpointConfig
 from voicebot.stt.engine import DraftDiscarded
 from voicebot.stt.recognizer import FINAL, PARTIAL, SPECULATIVE, DecodePool, Segment, StreamRecognizer
 from voicebot.stt.stream import RecognitionStream, StreamOptions
 from voicebot.stt.vad import FRAME_SAMPLES
-from tests.fakes.engines import FakeSttEngine, GatedSttEngine, LoudnessVad
-from tests.stt_client import event_kind
-from voicebot.common.audio import float_to_pcm16, resample
 
 ENDPOINT = EndpointConfig(threshold=0.5, neg_threshold=0.35, min_speech_frames=2,
                           min_silence_frames=10, max_frames=200)

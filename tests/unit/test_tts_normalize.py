@@ -2,8 +2,8 @@
 
 import pytest
 
-from voicebot.tts.normalize import prepare, strip_markdown
 from voicebot.common.speech_text import speakable
+from voicebot.tts.normalize import prepare, strip_markdown
 
 
 @pytest.mark.parametrize(("text", "spoken"), [

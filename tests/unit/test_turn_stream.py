@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from tests.fakes.engines import FakeSttEngine, LoudnessVad
+from tests.unit.test_stt_stream import loud, quiet
 from voicebot.stt.endpointer import EndpointConfig
 from voicebot.stt.recognizer import DecodePool, StreamRecognizer
 from voicebot.stt.stream import RecognitionStream, StreamOptions
 from voicebot.stt.turn_model import Verdict
-from tests.fakes.engines import FakeSttEngine, LoudnessVad
-from tests.unit.test_stt_stream import loud, quiet
 
 # Pause after 5 silent frames (160 ms), the timer at 10 (320 ms), the limit at 30 (~1 s).
 ENDPOINT = EndpointConfig(threshold=0.5, neg_threshold=0.35, min_speech_frames=2, min_silence_frames=10,

@@ -16,6 +16,11 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
+from voicebot.common import gc_tuning
+from voicebot.common.internal_auth import InternalAuthError, internal_token
+from voicebot.common.logs import setup_logging
+from voicebot.common.redis import connect_redis
+from voicebot.common.telemetry import setup_tracing, shutdown_tracing
 from voicebot.gateway import serving
 from voicebot.gateway.admission import Unauthenticated, UserSessions
 from voicebot.gateway.auth import TokenAuth
@@ -32,11 +37,6 @@ from voicebot.gateway.sessions import SessionRegistry
 from voicebot.gateway.twilio import BAD_INPUT_LOGS, TwilioCall, read_start, secret_ok, twilio_enabled
 from voicebot.gateway.upstreams import Upstreams
 from voicebot.gateway.ws_direct import DirectFramesProtocol
-from voicebot.common import gc_tuning
-from voicebot.common.internal_auth import InternalAuthError, internal_token
-from voicebot.common.logs import setup_logging
-from voicebot.common.redis import connect_redis
-from voicebot.common.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger("gateway")
 

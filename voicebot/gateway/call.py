@@ -3,7 +3,7 @@
 Client messages are handled one at a time; STT events and turns run in their own tasks. A new
 turn always interrupts the one in flight. The decisions live in pure modules: barge-in in
 ``voicebot/gateway/bargein.py`` (why it pauses first and confirms later is explained there), what was
-heard in ``voicebot/gateway/spoken.py``, the STT stream's merging and backoff in ``voicebot/gateway/stt_link.py``;
+heard in ``spoken.py``, the STT stream's merging and backoff in ``stt_link.py``;
 this class applies them to the socket and the turn tasks.
 
 A new turn never replays the interrupted one: its audio comes from a new TTS call, and a
@@ -28,6 +28,9 @@ from opentelemetry import trace
 from redis.exceptions import OutOfMemoryError, RedisError
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
+from voicebot.common.metrics import REDIS_ERRORS
+from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
 from voicebot.gateway import ws_direct
 from voicebot.gateway.admission import TokenBucket
 from voicebot.gateway.bargein import Action, BargeInDetector, Decision, Pending, Rules, has_words
@@ -63,9 +66,6 @@ from voicebot.gateway.standby import StandbyCalls
 from voicebot.gateway.stt_link import SttLink
 from voicebot.gateway.turn import TurnFailed, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from voicebot.gateway.upstreams import Upstreams
-from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
-from voicebot.common.metrics import REDIS_ERRORS
-from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
 from voicebot.v1 import brain_pb2, stt_pb2
 
 log = logging.getLogger("voicebot.gateway.call")
@@ -184,7 +184,7 @@ class TurnChannel:
 
 
 class Call:
-    """Protocol v1 on the wire. Another wire protocol (voicebot/gateway/realtime.py, voicebot/gateway/twilio.py) is a
+    """Protocol v1 on the wire. Another wire protocol (realtime.py, twilio.py) is a
     subclass that overrides the ``wire_*`` encoders and the message handlers; the turns, the STT
     stream and barge-in stay here, shared."""
 

@@ -20,12 +20,12 @@ from typing import Any, Protocol
 
 import grpc
 
+from voicebot.common.telemetry import outgoing_metadata
 from voicebot.gateway.metrics import STAGE_SECONDS
 from voicebot.gateway.phrases import PhraseCoalescer
 from voicebot.gateway.playout import Playout
 from voicebot.gateway.spoken import SpokenTracker
 from voicebot.gateway.standby import StandbyCalls
-from voicebot.common.telemetry import outgoing_metadata
 from voicebot.v1 import brain_pb2, tts_pb2
 
 log = logging.getLogger("voicebot.gateway.turn")

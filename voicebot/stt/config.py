@@ -3,8 +3,8 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from voicebot.stt.turn_model import SMART_TURN_LANGUAGES, SMART_TURN_SHA256
 from voicebot.common.config import ServiceSettings
+from voicebot.stt.turn_model import SMART_TURN_LANGUAGES, SMART_TURN_SHA256
 
 
 class SttSettings(ServiceSettings):

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from voicebot.common.audio import StreamResampler, pcm16_to_float
 from voicebot.stt.endpointer import EndpointConfig, Endpointer, Pause, SpeechEnd, SpeechStart
 from voicebot.stt.engine import SttEngine
 from voicebot.stt.metrics import DECODE_SECONDS, DECODE_WAIT_SECONDS, QUEUE_DEPTH
 from voicebot.stt.vad import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, VadStream
-from voicebot.common.audio import StreamResampler, pcm16_to_float
 
 # Trailing silence kept after the last speech frame: Whisper ends words more
 # cleanly with a little room, but more only costs decode time.

@@ -18,6 +18,10 @@ import time
 import grpc
 from opentelemetry.trace import SpanKind
 
+from voicebot.common.audio import SUPPORTED_INPUT_RATES
+from voicebot.common.grpc_server import serve_forever
+from voicebot.common.logs import setup_logging
+from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.stt.config import SttSettings
 from voicebot.stt.endpointer import EndpointConfig
 from voicebot.stt.engine import FasterWhisperEngine, SttEngine
@@ -27,10 +31,6 @@ from voicebot.stt.recognizer import DecodePool, StreamRecognizer
 from voicebot.stt.stream import RecognitionStream, StreamOptions
 from voicebot.stt.turn_model import TurnModelError, TurnScorer, Verdict, load_turn_scorer
 from voicebot.stt.vad import FRAME_MS, SileroVad
-from voicebot.common.audio import SUPPORTED_INPUT_RATES
-from voicebot.common.grpc_server import serve_forever
-from voicebot.common.logs import setup_logging
-from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
 log = logging.getLogger("stt")

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from voicebot.stt.metrics import TURN_MODEL_SECONDS, TURN_MODEL_WAIT_SECONDS
 from voicebot.common.files import sha256_of
+from voicebot.stt.metrics import TURN_MODEL_SECONDS, TURN_MODEL_WAIT_SECONDS
 
 log = logging.getLogger("stt")
 

@@ -30,6 +30,10 @@ import grpc
 import numpy as np
 from opentelemetry.trace import SpanKind
 
+from voicebot.common.audio import StreamResampler, float_to_pcm16
+from voicebot.common.grpc_server import IdleCalls, serve_forever
+from voicebot.common.logs import setup_logging
+from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.tts.config import TtsSettings
 from voicebot.tts.engine import (
     Leveller,
@@ -51,10 +55,6 @@ from voicebot.tts.metrics import (
 from voicebot.tts.normalize import prepare
 from voicebot.tts.pool import DeadlinePool
 from voicebot.tts.segmenter import SentenceSegmenter, voiced
-from voicebot.common.audio import StreamResampler, float_to_pcm16
-from voicebot.common.grpc_server import IdleCalls, serve_forever
-from voicebot.common.logs import setup_logging
-from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
 
 log = logging.getLogger("tts")
