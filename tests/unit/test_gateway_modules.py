@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
+GATEWAY = Path(__file__).resolve().parents[2] / "voicebot" / "gateway"
 
 
 def gateway_imports() -> dict[str, set[str]]:
@@ -14,12 +14,12 @@ def gateway_imports() -> dict[str, set[str]]:
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                if node.module == "gateway":
+                if node.module == "voicebot.gateway":
                     names |= {alias.name for alias in node.names}
-                elif node.module.startswith("gateway."):
-                    names.add(node.module.split(".")[1])
+                elif node.module.startswith("voicebot.gateway."):
+                    names.add(node.module.split(".")[2])
             elif isinstance(node, ast.Import):
-                names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("gateway.")}
+                names |= {a.name.split(".")[2] for a in node.names if a.name.startswith("voicebot.gateway.")}
         graph[path.stem] = names
     return graph
 
