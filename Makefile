@@ -3,12 +3,18 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v bench-turns clean
+.PHONY: run test setup setup-dev protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v bench-turns clean
 
-$(VENV)/.installed: pyproject.toml scripts/bootstrap.sh scripts/build-llama-server.sh
+# make run needs the runtime only; make test (and the benchmarks) add the test tools.
+$(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
 
+$(VENV)/.installed-dev: pyproject.toml scripts/bootstrap.sh
+	DEV=1 bash scripts/bootstrap.sh
+
 setup: $(VENV)/.installed
+
+setup-dev: $(VENV)/.installed-dev
 
 ## Start the whole stack locally (redis, llama.cpp server, STT, brain, TTS, gateway).
 ## PROFILE picks the business: restaurant (default), clinic, or a path to a profile YAML.
@@ -17,65 +23,65 @@ run: setup
 	PROFILE=$(PROFILE) $(PY) -m voicebot.devstack
 
 ## Run the test suite (unit, integration, end-to-end with real models).
-test: setup
+test: setup-dev
 	bash scripts/test.sh
 
-protos: setup
+protos: setup-dev
 	$(PY) -m voicebot.protogen
 
-lint: setup
+lint: setup-dev
 	$(VENV)/bin/ruff check .
 
 ## Benchmarks (print a table and JSON; not timed tests).
 ## STT benchmark: generated speech at real-time pace through the real service; prints a table and JSON.
-bench-stt: setup
+bench-stt: setup-dev
 	$(PY) -m bench.stt $(ARGS)
 
-bench-brain: setup
+bench-brain: setup-dev
 	$(PY) -m bench.brain
 
-bench-tts: setup
+bench-tts: setup-dev
 	$(PY) -m bench.tts
 
 ## Whole caller dialogues per profile through the running stack with the real model: task
 ## success and safety violations, judged by what the MCP server recorded.
-bench-dialog: setup
+bench-dialog: setup-dev
 	$(PY) -m bench.dialog $(ARGS)
 
 ## Questions per profile through the running stack: facts the knowledge holds answered with them,
 ## and questions it does not answer given the unknown-fact sentence (never a guess).
-bench-knowledge: setup
+bench-knowledge: setup-dev
 	$(PY) -m bench.knowledge $(ARGS)
 
 ## The topic guard's block rates on tests/guard_corpora with the real model.
-bench-guard: setup
+bench-guard: setup-dev
 	$(PY) -m bench.guard $(ARGS)
 
 ## Voice to voice at the client through the stack make run starts: spoken questions, guard on
 ## and off, and booking changes through the model; per-stage p50/p95, table and JSON.
-bench-v2v: setup
+bench-v2v: setup-dev
 	$(PY) -m bench.v2v $(ARGS)
 
 ## End of turn: the end-of-turn model vs the fixed silence timer through the stack, in one run:
 ## callers cut off by a thinking pause, endpoint delay, voice to voice, the model's own time.
-bench-turns: setup
+bench-turns: setup-dev
 	$(PY) -m bench.turns $(ARGS)
 
-bench-bargein: setup
+bench-bargein: setup-dev
 	$(PY) -m bench.bargein
 
 ## Gateway capacity and added latency: the real gateway and brain, instant fake STT/TTS, a scripted LLM.
-bench-gateway: setup
+bench-gateway: setup-dev
 	$(PY) -m bench.gateway $(ARGS)
 
 ## Admitted callers' turn latency, quiet and while 200 sockets without credentials hold /v1/twilio
 ## and one session floods 50 typed turns a second (own stack; ARGS="--gateway ws://..." for a running one).
-bench-abuse: setup
+bench-abuse: setup-dev
 	$(PY) -m bench.abuse $(ARGS)
 
 ## N concurrent real-time callers (open microphones, a few speaking) through the real STT and TTS
 ## (scripted LLM): dropped sessions, errors by code, turn latency percentiles per N, the capacity.
-bench-load: setup
+bench-load: setup-dev
 	$(PY) -m bench.load $(ARGS)
 
 clean:

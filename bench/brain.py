@@ -3,9 +3,11 @@
 Against the local LLM server as ``make run`` starts it (on free ports), in one run, for each
 server kind that is installed (``--servers``):
 
-- native: one llama-server with two slots; the main reply in slot 0, the guard in slot 1
-  with its one-word grammar (the request fields ``localllm.main_request_fields`` and
-  ``guard_request_fields`` name)
+- native: one llama-server built for this CPU with two slots; the main reply in slot 0, the
+  guard in slot 1 with its one-word grammar (the request fields ``localllm.main_request_fields``
+  and ``guard_request_fields`` name)
+- prebuilt: the same server and requests from the prebuilt xllamacpp wheel (what a first
+  ``make run`` serves while the native build is made)
 - python: the llama-cpp-python fallback, the main server on cores-1 threads and the guard's
   own one-thread instance (the design before llama-server)
 
@@ -22,7 +24,7 @@ Cases per kind:
   alone. The time is to the reply's first token or the guard's verdict, whichever is later.
 
 Prints a table and JSON with TTFT p50/p95 per case and the ratios the issue asks for
-(warm/perturbed ≤ 0.3, guard overhead ≤ 10 %), and native over python.
+(warm/perturbed ≤ 0.3, guard overhead ≤ 10 %), prebuilt over native, and native over python.
 """
 
 from __future__ import annotations
@@ -189,8 +191,8 @@ class SlotClient(OpenAIChatClient):
 
 
 async def run_kind(kind: str, args) -> dict:
-    """One server kind as `make run` starts it: native = one llama-server for main and guard;
-    python = the main llama-cpp-python server and the guard's own instance."""
+    """One server kind as `make run` starts it: native or prebuilt = one llama.cpp server for
+    main and guard; python = the main llama-cpp-python server and the guard's own instance."""
     stack = Stack(Path(".run/bench-brain"), quiet=False)
     clients: list[OpenAIChatClient] = []
 
@@ -200,10 +202,10 @@ async def run_kind(kind: str, args) -> dict:
         return clients[-1]
 
     try:
-        native = kind == "native"
+        native = kind != "python"  # llama.cpp's own server, built here or prebuilt
         main_port = free_port()
         threads = args.main_threads or (main_llm_threads() if native else max(1, (os.cpu_count() or 2) - 1))
-        stack.start_llm(main_port, threads=threads, native=native)
+        stack.start_llm(main_port, threads=threads, kind=kind)
         url = f"http://127.0.0.1:{main_port}/v1"
         main = client(url, localllm.main_request_fields() if native else None)
         guard_same = TopicGuard(client(url, localllm.guard_request_fields() if native else None),
@@ -211,7 +213,7 @@ async def run_kind(kind: str, args) -> dict:
         guard_own = None
         if not native:
             guard_port = free_port()
-            stack.start_llm(guard_port, name="llm-guard", n_ctx=1024, threads=1, native=False)
+            stack.start_llm(guard_port, name="llm-guard", n_ctx=1024, threads=1, kind="python")
             guard_own = TopicGuard(client(f"http://127.0.0.1:{guard_port}/v1"), DOMAIN, timeout_s=60)
         for guard in (guard_same, guard_own):
             if guard is not None:
@@ -228,11 +230,17 @@ async def run(args) -> dict:
     for kind in args.servers.split(","):
         print(f"== {kind}", file=sys.stderr, flush=True)
         summaries[kind] = await run_kind(kind, args)
+    summaries["ratios"] = {}
+    if "native" in summaries and "prebuilt" in summaries:
+        summaries["ratios"].update({
+            f"prebuilt_over_native_{case}_p50": round(
+                summaries["prebuilt"][case]["p50_ms"] / summaries["native"][case]["p50_ms"], 3)
+            for case in ("warm", "perturbed", "guard-same", "guard-combined")})
     if "native" in summaries and "python" in summaries:
         native, python = summaries["native"], summaries["python"]
-        summaries["ratios"] = {
+        summaries["ratios"].update({
             f"native_over_python_{case}_p50": round(native[case]["p50_ms"] / python[case]["p50_ms"], 3)
-            for case in ("warm", "perturbed", "guard-same")}
+            for case in ("warm", "perturbed", "guard-same")})
         summaries["ratios"]["native_guard_same_over_python_guard_own_p50"] = round(
             native["guard-same"]["p50_ms"] / python["guard-own"]["p50_ms"], 3)
     return summaries
@@ -242,6 +250,8 @@ def default_servers() -> str:
     kinds = []
     if localllm.server_binary() is not None:
         kinds.append("native")
+    if localllm.prebuilt_server() is not None:
+        kinds.append("prebuilt")
     if importlib.util.find_spec("llama_cpp") is not None:
         kinds.append("python")
     return ",".join(kinds) or "native"
@@ -252,7 +262,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--servers", default=default_servers(),
-                        help="native, python or both (default: those installed)")
+                        help="comma-separated: native, prebuilt, python (default: those installed)")
     parser.add_argument("--main-threads", type=int, default=0,
                         help="threads of the main LLM server (default: as make run)")
     parser.add_argument("--json", help="also write the JSON summary to this file")

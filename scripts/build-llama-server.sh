@@ -6,14 +6,16 @@
 # machines never runs a build made for another). llama-quantize re-lays the packaged model for
 # this CPU's fastest kernels (localllm.derive_model). LLAMA_PORTABLE=1 builds portable AVX2
 # binaries instead, as llama-server-VERSION and llama-quantize-VERSION.
-# Called by scripts/bootstrap.sh; safe to re-run (a cached binary is kept). Exits non-zero
-# when it cannot build (no C++ compiler, no network for the sdist): bootstrap then falls back
-# to the llama-cpp-python server.
+# Started in the background by the first `make run` (voicebot/devstack.py), which serves the
+# prebuilt wheel's server meanwhile; run it by hand to build in the foreground. Safe to re-run
+# (a cached binary is kept). Exits non-zero when it cannot build (no C++ compiler, no network
+# for the sdist); the prebuilt server then stays in use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-LLAMA_VERSION=${LLAMA_VERSION:?set LLAMA_VERSION}
+LLAMA_VERSION=${LLAMA_VERSION:-$("$VENV/bin/python" -c \
+  'from voicebot.localllm import LLAMA_CPP_PYTHON_VERSION; print(LLAMA_CPP_PYTHON_VERSION)')}
 BIN_DIR=${VOICEBOT_BIN_CACHE:-$HOME/.cache/voicebot/bin}
 SRC_DIR=${VOICEBOT_SRC_CACHE:-$HOME/.cache/voicebot/src}
 PORTABLE=${LLAMA_PORTABLE:-0}

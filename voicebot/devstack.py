@@ -221,10 +221,11 @@ class Stack:
 
     def start_llm(self, port: int, timeout: float = 300, name: str = "llm", n_ctx: int = 4096,
                   threads: int | None = None, replace: Proc | None = None,
-                  native: bool | None = None, plain_kernels: bool = False) -> Proc:
-        """The local LLM server: native llama-server (``localllm.SLOTS`` slots of ``n_ctx``
+                  kind: str = "auto", plain_kernels: bool = False) -> Proc:
+        """The local LLM server: llama.cpp's server (``localllm.SLOTS`` slots of ``n_ctx``
         each; the first one this stack starts is also the guard's, see ``start_guard_llm``),
-        or the llama-cpp-python fallback when the binary was not built (or ``native`` is False).
+        built for this CPU or else from the prebuilt wheel; ``kind`` picks one for comparisons
+        (``localllm.server_command``).
 
         A llama-server killed by a CPU fault while it starts (a kernel this CPU lists but will
         not run: AMX on one VM faulted on its first prompt) is started once more with
@@ -232,16 +233,15 @@ class Stack:
         ``plain_kernels`` asks for that at once."""
         from voicebot import localllm
 
-        argv = localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads, native=native)
+        argv = localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads, kind=kind)
         native_server = localllm.is_native(argv)
         if plain_kernels and native_server:
             argv.append("--no-repack")
-        kind = "llama-server" if native_server else "llama-cpp-python"
         model = Path(argv[argv.index("--model") + 1]).name
-        self.say(f"starting the local LLM server ({kind}, {model}) as {name} ...")
+        self.say(f"starting the local LLM server ({localllm.describe(argv)}, {model}) as {name} ...")
         proc = self.spawn(name, argv, replace=replace)
         proc.relaunch = lambda: self.start_llm(port, timeout, name, n_ctx, threads, replace=proc,
-                                               native=native, plain_kernels=plain_kernels)
+                                               kind=kind, plain_kernels=plain_kernels)
         try:
             # /v1/models answers 200 on both servers only once the model is loaded (llama-server
             # says 503 while loading).
@@ -253,7 +253,7 @@ class Stack:
                 raise
             self.say(f"  {name} was killed by {fault} while starting (log {proc.log_path}); "
                      "starting it again with llama.cpp's plain kernels (--no-repack)")
-            return self.start_llm(port, timeout, name, n_ctx, threads, replace=proc, native=native,
+            return self.start_llm(port, timeout, name, n_ctx, threads, replace=proc, kind=kind,
                                   plain_kernels=True)
         proc.ready = {"http": port}
         if native_server and (self.shared_llm is None or self.shared_llm is replace):
@@ -413,7 +413,7 @@ def local_llm_brain_env() -> dict[str, str]:
     has no slots)."""
     from voicebot import localllm
 
-    if localllm.server_binary() is None:
+    if localllm.llama_server() is None:
         return {}
     return {"BRAIN_LLM_EXTRA_BODY": json.dumps(localllm.main_request_fields()),
             "BRAIN_GUARD_EXTRA_BODY": json.dumps(localllm.guard_request_fields()),
@@ -442,7 +442,7 @@ def start_guard_llm(stack: Stack, port: int) -> str:
 
     if stack.shared_llm is not None:
         return f"http://127.0.0.1:{stack.shared_llm.ready['http']}/v1"
-    if localllm.server_binary() is not None:
+    if localllm.llama_server() is not None:
         proc = stack.start_llm(port)
     else:
         # One thread: llama.cpp's threads spin while they wait, so two instances that together
@@ -457,7 +457,7 @@ def main_llm_threads() -> int:
     from voicebot import localllm
 
     cores = os.cpu_count() or 2
-    return cores if localllm.server_binary() is not None else max(1, cores - 1)
+    return cores if localllm.llama_server() is not None else max(1, cores - 1)
 
 
 def speech_env(profile: str) -> dict[str, str]:
@@ -585,6 +585,37 @@ def local_redis(stack: Stack) -> str:
     return redis_url_for(port, password)
 
 
+def start_native_llm_build(stack: Stack) -> None:
+    """Build llama.cpp for this CPU in the background when only the prebuilt server exists.
+
+    The prebuilt wheel lets a first ``make run`` answer within minutes; the CPU's own build
+    (and the model re-laid for its kernels) is faster, so it is made here at the lowest
+    priority, and the next ``make run`` serves it. ``LLM_NATIVE_BUILD=off`` never builds."""
+    from voicebot import localllm
+
+    if (os.environ.get("LLM_NATIVE_BUILD") or "auto").strip().lower() in ("off", "0", "false", "no"):
+        return
+    if os.environ.get("LLM_SERVER_BIN") or localllm.server_binary() is not None:
+        return
+    if not shutil.which("c++"):
+        stack.say("no C++ compiler: the prebuilt llama.cpp server stays in use "
+                  "(Debian: apt-get install build-essential for the faster build for this CPU)")
+        return
+    cache = localllm.bin_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    log = cache / "native-build.log"
+    # flock -n: one build at a time, however many stacks start.
+    script = (f'exec 9>"{cache}/native-build.lock"; flock -n 9 || exit 0; '
+              'nice -n 19 bash scripts/build-llama-server.sh && '
+              f'nice -n 19 "{sys.executable}" -m voicebot.localllm >/dev/null && echo "==> done"')
+    with log.open("a") as out:
+        subprocess.Popen(["bash", "-c", script], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, start_new_session=True,
+                         env={**os.environ, "VENV": str(Path(sys.executable).parent.parent)})
+    stack.say("building llama.cpp for this CPU in the background, at the lowest priority (about 10 "
+              f"minutes on two cores; log {log}); the next `make run` serves it")
+
+
 def main() -> int:
     stack = Stack(ROOT / ".run" / "logs")
     token = os.environ.get("VOICEBOT_DEV_TOKEN") or secrets.token_urlsafe(16)
@@ -625,6 +656,8 @@ voicebot is running (profile {profile}).
   Token:    {dev_token}   (user dev-user; set GATEWAY_TOKENS=TOKEN=USER to choose your own)
   Logs:     {stack.log_dir}
 Press Ctrl-C to stop everything.""", flush=True)
+    if not os.environ.get("BRAIN_LLM_BASE_URL"):
+        start_native_llm_build(stack)
     stopped = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopped.set())
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

