@@ -173,8 +173,8 @@ def model_path() -> Path:
         return packaged
     binary = quantize_binary()
     if binary is None:
-        print(f"LLM_QUANT={quant}: no llama-quantize build (make setup builds it); serving the "
-              "packaged model", file=sys.stderr, flush=True)
+        print(f"LLM_QUANT={quant}: no llama-quantize build yet (the first make run builds it in "
+              "the background); serving the packaged model", file=sys.stderr, flush=True)
         return packaged
     return derive_model(packaged, quant, binary)
 
