@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v bench-turns clean
+.PHONY: run test setup protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v bench-turns clean
 
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh scripts/build-llama-server.sh
 	bash scripts/bootstrap.sh
@@ -26,16 +26,20 @@ protos: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+## The documentation site (docs/, mkdocs.yml) into site/; strict: a broken link fails (so does make test).
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
+
 ## Benchmarks (print a table and JSON; not timed tests).
 ## STT benchmark: generated speech at real-time pace through the real service; prints a table and JSON.
 bench-stt: setup
 	$(PY) -m bench.stt $(ARGS)
 
 bench-brain: setup
-	$(PY) -m bench.brain
+	$(PY) -m bench.brain $(ARGS)
 
 bench-tts: setup
-	$(PY) -m bench.tts
+	$(PY) -m bench.tts $(ARGS)
 
 ## Whole caller dialogues per profile through the running stack with the real model: task
 ## success and safety violations, judged by what the MCP server recorded.
@@ -62,7 +66,7 @@ bench-turns: setup
 	$(PY) -m bench.turns $(ARGS)
 
 bench-bargein: setup
-	$(PY) -m bench.bargein
+	$(PY) -m bench.bargein $(ARGS)
 
 ## Gateway capacity and added latency: the real gateway and brain, instant fake STT/TTS, a scripted LLM.
 bench-gateway: setup
