@@ -116,7 +116,7 @@ OUTSIDE = [
     ("a section of an outside design file", re.compile("DESIGN" + r"(?:\.md)?,? (?:section )?\d")),
     ("the outside design file", re.compile("DESIGN" + r"\.md")),
     ("an outside seed note", re.compile("seed" + r" 0\d\d|" + "seed" + "s/")),
-    ("the shared folder outside the repository", re.compile(r"\.\./" + "shared" + r"\b|/" + "shared/")),
+    ("the shared folder outside the repository", re.compile(r"\.\./" + "shared" + r"\b|/" + "shared" + "/")),
     ("a path of the machine it was written on", re.compile("/" + "work/")),
 ]
 
@@ -237,8 +237,8 @@ def test_the_link_check_sees_missing_files_and_headings(tmp_path: Path) -> None:
 
 
 def test_the_outside_reference_check_sees_them() -> None:
-    text = "\n".join(["see " + "DESIGN" + " 4.1", "the loop " + "(seed" + " 002)", "cat ../" + "shared/x",
-                      "fine: a design document in docs/design.md"])
+    text = "\n".join(["see " + "DESIGN" + " 4.1", "the loop " + "(seed" + " 002)",
+                      "cat ../" + "shared" + "/x", "fine: a design document in docs/design.md"])
     assert len(outside_references(text)) == 3
 
 
