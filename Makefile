@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup setup-dev protos lint check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v bench-turns clean
+.PHONY: run test setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v bench-turns clean
 
 # make run needs the runtime only; make test (and the benchmarks) add the test tools.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -32,16 +32,20 @@ protos: setup-dev
 lint: setup-dev
 	$(VENV)/bin/ruff check .
 
+## The documentation site (docs/, mkdocs.yml) into site/; strict: a broken link fails (so does make test).
+docs: setup-dev
+	$(VENV)/bin/mkdocs build --strict
+
 ## Benchmarks (print a table and JSON; not timed tests).
 ## STT benchmark: generated speech at real-time pace through the real service; prints a table and JSON.
 bench-stt: setup-dev
 	$(PY) -m bench.stt $(ARGS)
 
 bench-brain: setup-dev
-	$(PY) -m bench.brain
+	$(PY) -m bench.brain $(ARGS)
 
 bench-tts: setup-dev
-	$(PY) -m bench.tts
+	$(PY) -m bench.tts $(ARGS)
 
 ## Whole caller dialogues per profile through the running stack with the real model: task
 ## success and safety violations, judged by what the MCP server recorded.
@@ -68,7 +72,7 @@ bench-turns: setup-dev
 	$(PY) -m bench.turns $(ARGS)
 
 bench-bargein: setup-dev
-	$(PY) -m bench.bargein
+	$(PY) -m bench.bargein $(ARGS)
 
 ## Gateway capacity and added latency: the real gateway and brain, instant fake STT/TTS, a scripted LLM.
 bench-gateway: setup-dev

@@ -81,15 +81,12 @@ VARIANTS = {
                   "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                   "GATEWAY_REPLY_PHRASE_CHARS": "1", "GATEWAY_STT_FINAL_WITH_END": "false",
                   "GATEWAY_TTS_SENTENCE_WITH_AUDIO": "false", "GATEWAY_WS_SEND_TOGETHER": "false"},
-    # One change back at a time.
-    # STT's final as a message of its own after the EndOfUtterance (the default until 2026-12-05,
-    # twenty-fourth session).
+    # One change back at a time: each is a default the gateway had before.
+    # STT's final as a message of its own after the EndOfUtterance.
     "final-apart": {"GATEWAY_STT_FINAL_WITH_END": "false"},
-    # TTS's SentenceStarted as a message of its own before the sentence's first audio (the default
-    # until 2026-12-05, twenty-fifth session).
+    # TTS's SentenceStarted as a message of its own before the sentence's first audio.
     "sentence-apart": {"GATEWAY_TTS_SENTENCE_WITH_AUDIO": "false"},
-    # A reply's audio.start and its first frame in two writes to the socket (the default until
-    # 2026-12-05, twenty-sixth session).
+    # A reply's audio.start and its first frame in two writes to the socket.
     "writes-apart": {"GATEWAY_WS_SEND_TOGETHER": "false"},
     "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
     "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
@@ -100,20 +97,19 @@ VARIANTS = {
     # stopped up to 100 ms after the caller started speaking over it (make bench-bargein).
     "no-loud-gate": {"GATEWAY_STT_HOLD_UNTIL_RMS": "0"},
     "interceptor": {"GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true"},
-    # Quiet audio held up to 100 ms per STT message, not 300 (the default until 2026-12-02).
+    # Quiet audio held up to 100 ms per STT message.
     "batch-100": {"GATEWAY_STT_IDLE_BATCH_MS": "100", "GATEWAY_STT_PLAYBACK_BATCH_MS": "100"},
-    # Python's own garbage-collector thresholds, nothing frozen (the default until 2026-12-03).
+    # Python's own garbage-collector thresholds, nothing frozen.
     "python-gc": {"VOICEBOT_GC": "python"},
-    # Every frame of an open utterance to STT at once (the default until 2026-12-03, fourth session).
+    # Every frame of an open utterance to STT at once.
     "no-speech-batch": {"GATEWAY_STT_SPEECH_BATCH_MS": "0"},
-    # Quiet audio held up to 300 ms, speech up to 60 ms (the defaults until 2026-12-03, fifth session).
+    # Quiet audio held up to 300 ms, speech up to 60 ms.
     "hold-300": {"GATEWAY_STT_IDLE_BATCH_MS": "300", "GATEWAY_STT_PLAYBACK_BATCH_MS": "300",
                  "GATEWAY_STT_SPEECH_BATCH_MS": "60"},
-    # Every WebSocket message through uvicorn's queue, audio frames too (the default until
-    # 2026-12-03, eighth session: voicebot/gateway/ws_direct.py).
+    # Every WebSocket message through uvicorn's queue, audio frames too (voicebot/gateway/ws_direct.py).
     "asgi-frames": {"GATEWAY_WS_DIRECT_FRAMES": "false"},
-    # The brain's and TTS's calls opened at the endpoint, not at the speech's onset (the default
-    # until 2026-12-03, tenth session: voicebot/gateway/standby.py).
+    # The brain's and TTS's calls opened at the endpoint, not at the speech's onset
+    # (voicebot/gateway/standby.py).
     "no-standby": {"GATEWAY_STANDBY_CALLS": "false"},
     "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
                            "GATEWAY_REPLY_PHRASE_CHARS": "1"},
@@ -249,8 +245,7 @@ def own_cpu_seconds() -> float:
 
 
 # Slots of the 20 ms the callers' frames are spread over (caller i sends in slot i % PHASES). 20
-# slots instead of 5 (smaller bursts) measured no different: two runs of 150 and 200 sessions,
-# each way in turn, 2026-12-03, where the machine's own drift was larger than any difference.
+# slots instead of 5 (smaller bursts) made no difference larger than the machine's own drift.
 PHASES = 5
 RAMP_BATCH, RAMP_PAUSE_S = 25, 0.5  # callers arrive over time: the gateway's admission sees the load
 
@@ -456,9 +451,8 @@ _http: list[httpx.AsyncClient] = []
 
 def http() -> httpx.AsyncClient:
     """The run's one HTTP client, made before anything is measured. Making one builds an SSL
-    context, 20-40 ms of this process's CPU in which no caller's frame goes out and no reply is
-    read: a client per scrape at a window's edges timed the turns then that much late (one
-    caller's p95 of 11 turns was 42.9 ms for it once, the other ten 3.8-5.8)."""
+    context, tens of ms of this process's CPU in which no caller's frame goes out and no reply is
+    read: a client per scrape at a window's edges timed the turns then that much late."""
     if not _http:
         _http.append(httpx.AsyncClient())
     return _http[0]

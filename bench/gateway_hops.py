@@ -180,7 +180,6 @@ async def _probe(count: int) -> dict[str, float]:
     # endpoint back, the request on the brain's call and its first text back (the call was opened
     # at the speech's onset: voicebot/gateway/standby.py), inside it Redis's read and the LLM's first chunk
     # (two round trips), and the text on the TTS stream (opened at the onset too) and its audio.
-    # (Until 2026-12-04 it counted the brain's hop as a whole call, 0.4-1.0 ms more.)
     result["turn_floor_ms"] = 3 * result["grpc_stream_message_ms"] + 3 * result["socket_round_trip_ms"]
     return result
 

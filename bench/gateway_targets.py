@@ -1,6 +1,6 @@
 """The gateway's targets, checked against one variant of ``make bench-gateway``'s results.
 
-The targets are the gateway's capacity issue's (README, "Gateway capacity"):
+The targets of the gateway's capacity (docs/benchmarks.md, ``make bench-gateway``):
 
 - added latency per turn, one caller (end of speech -> first reply audio, instant engines):
   p50 <= 5 ms, p95 <= 10 ms;
@@ -14,9 +14,8 @@ A check whose load level was not run says so (``met`` None), and is neither met 
 
 One caller's p50 comes from some 50 turns (``--latency-seconds`` 90), and is judged as
 measured; its 90 % bootstrap interval is printed beside it, and when the limit lies inside that
-interval the line says a rerun may judge otherwise (on the development machine the p50 sat at
-its 5 ms: of eight sweeps of ~33 turns on 2026-12-05, pooled p50 4.83 ms, two measured 5.12 and
-5.18).
+interval the line says a rerun may judge otherwise (a p50 close to the limit comes out on
+either side of it from one sweep to the next).
 """
 
 from __future__ import annotations

@@ -423,17 +423,15 @@ def session_order(start: int, size: int, case_index: int) -> list[int]:
     """The places of a group's questions in the order one case asks them: rotated by the case,
     so no two cases open their sessions with the same question. Opened alike, a case that came
     later found the first prompt (instructions + question) in the LLM server's prompt cache
-    another case had left there (llm_ttft ~1 ms), in 3 of the 4 groups for guard-off on
-    2026-12-03: a head start the guard's share was measured against."""
+    another case had left there: a head start the guard's share would be measured against."""
     shift = case_index % size
     return [start + (i + shift) % size for i in range(size)]
 
 
 # One sampling seed for the main replies: the same prompt gets the same words, so a case's
 # replies repeat from one run to the next and runs differ by what changed, not by the words
-# drawn. Drawn freely, the words moved a case's p50 more than the guard: on 2026-12-03 the
-# guard-off case drew replies without an early comma (first_clause p50 301 ms against 48 with
-# the guard) and came out 13 % slower than the guard-on case.
+# drawn. Drawn freely, the words moved a case's p50 more than the guard did: a case that drew
+# replies without an early comma (a late first clause) came out slower for that alone.
 SEED = 7
 
 

@@ -55,10 +55,10 @@ if command -v ninja >/dev/null || [ -x "$VENV/bin/ninja" ]; then
   PATH="$PATH:$(cd "$VENV/bin" && pwd)"
 fi
 
-# Tuned to this CPU: measured on the 2-core AVX-512 machine (2026-12-03), the portable AVX2
-# build prefilled a 12-token turn in 259-332 ms and this one in 189-213, decode 38-45 against
-# 31-38 ms a token, a 977-token prompt 13.8 against 7.2 s. LLAMA_PORTABLE=1, on x86-64 with
-# AVX2/FMA (every server CPU since ~2015), builds one that runs on any of them, as the LLM image does.
+# Tuned to this CPU: a build for the instruction sets this CPU has (AVX-512 where there is
+# one) prefills and decodes faster than the portable AVX2 build. LLAMA_PORTABLE=1, on x86-64
+# with AVX2/FMA (every server CPU of the last decade), builds one that runs on any of them, as
+# the LLM image does.
 CPU_FLAGS=(-DGGML_NATIVE=ON)
 # No AMX (recipe r2, voicebot/localllm.py TUNED_RECIPE): on a VM whose CPU lists amx_tile,
 # llama.cpp's AMX kernels faulted on `ldtilecfg` at the first prompt. -march=native would turn

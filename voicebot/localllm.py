@@ -13,10 +13,9 @@ Re-laid for this CPU (``LLM_QUANT``, ``derive_model``): llama.cpp's CPU backend 
 some weight types at load for its tiled matrix kernels, and on x86-64 with AVX2 it does so
 for IQ4_NL but not for the Q6_K tensors of a Q4_K_M file, and its Q4_K kernel is the slower
 one. Bootstrap therefore derives an IQ4_NL copy of the packaged model once, with the
-``llama-quantize`` it builds beside the server (~3 minutes on two cores): measured on the
-2-core AVX-512 development machine, a turn's 12-token prefill ran 1.5x faster and the time to
-the first token of a warm turn went 580 -> 433 ms, decode unchanged; ``make bench-guard`` blocked
-the same in-domain turns and ``make bench-v2v`` read every booking change back as asked.
+``llama-quantize`` it builds beside the server: a turn's prefill runs markedly faster, decode
+is unchanged, and the behaviour that rests on the model is checked on the derived file
+(``make bench-guard``'s verdicts, ``make bench-v2v``'s booking changes; docs/models.md).
 ``LLM_QUANT=packaged`` serves the file as shipped.
 
 The server: ``scripts/bootstrap.sh`` builds ``llama-server`` once from the llama.cpp
@@ -143,8 +142,8 @@ def derive_model(source: Path, quant: str, binary: Path, threads: int | None = N
     if target.exists() and marker.exists() and marker.read_text() == _derivation(quant):
         return target
     tmp = target.with_suffix(".tmp")
-    print(f"deriving the LLM model's {quant.upper()} copy for this CPU's kernels (once; about "
-          f"3 minutes on two cores): {target}", file=sys.stderr, flush=True)
+    print(f"deriving the LLM model's {quant.upper()} copy for this CPU's kernels (once; a few "
+          f"minutes): {target}", file=sys.stderr, flush=True)
     argv = [str(binary), "--allow-requantize", "--token-embedding-type", "q4_K",
             str(source), str(tmp), quant.upper(), str(threads or os.cpu_count() or 2)]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -191,12 +190,11 @@ def main_request_fields() -> dict[str, object]:
 def guard_request_fields(grammar: bool = False) -> dict[str, object]:
     """Extra fields of the guard's requests: slot 1, so it never evicts the main reply's prompt.
 
-    Not the one-word grammar by default: measured with the packaged 1.5B model (make bench-v2v,
-    2026-12-01), constraining the first token to ALLOW|BLOCK made it BLOCK half of ordinary
-    restaurant questions ("Can I bring my dog?", "What time do you close on Sundays?"), which
-    it allows when it writes freely (make bench-guard: 0 of 24 in-domain turns blocked). The
-    verdict is parsed from three free tokens instead. ``grammar=True`` turns it on for a model
-    it suits."""
+    Not the one-word grammar by default: with the packaged 1.5B model, constraining the first
+    token to ALLOW|BLOCK made it block ordinary restaurant questions ("Can I bring my dog?",
+    "What time do you close on Sundays?") that it allows when it writes freely (make
+    bench-guard measures both). The verdict is parsed from three free tokens instead.
+    ``grammar=True`` turns it on for a model it suits."""
     # The verdict's first-token alternatives, for the guard's P(BLOCK) (voicebot/brain/guard.py).
     fields: dict[str, object] = {"id_slot": GUARD_SLOT, "cache_prompt": True, "logprobs": True,
                                  "top_logprobs": 5}
@@ -240,10 +238,10 @@ def bin_cache() -> Path:
     return Path(os.environ.get("VOICEBOT_BIN_CACHE") or "~/.cache/voicebot/bin").expanduser()
 
 
-# The tuned build's recipe, in its cached name: a build made by an older recipe is not run. r2
-# (2026-12-03): no AMX. On a 2-core VM whose CPU lists amx_tile (and whose kernel grants the
-# tile state), llama.cpp's AMX kernels faulted on `ldtilecfg` at the first prompt (SIGSEGV in
-# ggml_backend_amx_mul_mat), so `make run` and the tests' LLM server died at start-up.
+# The tuned build's recipe, in its cached name: a build made by an older recipe is not run. r2:
+# no AMX. On a VM whose CPU lists amx_tile (and whose kernel grants the tile state), llama.cpp's
+# AMX kernels faulted on `ldtilecfg` at the first prompt (SIGSEGV in ggml_backend_amx_mul_mat),
+# so `make run` and the tests' LLM server died at start-up.
 TUNED_RECIPE = "r2"
 
 
@@ -263,7 +261,7 @@ def tuned_quantize_path() -> Path:
 
 
 def portable_binary_path() -> Path:
-    """Where a portable build (AVX2, ``LLAMA_PORTABLE=1``; and every build before 2026-12-03) is kept."""
+    """Where a portable build (AVX2, ``LLAMA_PORTABLE=1``; and any build by the first recipe) is kept."""
     return bin_cache() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}"
 
 
@@ -303,11 +301,10 @@ def _first_executable(*paths: Path) -> Path | None:
 # to 4 tokens that followed the last place in the slot's own tokens (prompt and reply) where the
 # last 2 tokens occurred, and checks them in one batch. On a CPU a batch of 5 costs about what one
 # decoded token does (decode reads every weight per token, the batch reads them once), so a copied
-# run of tokens is nearly free and a wrong guess costs little (up to ~30 ms a token). What is
-# copied most is the JSON a booking change is read as, whose values mostly repeat the state
-# block's: on two cores at ~90 ms a decoded token, its 24 tokens took 67-72 ms each in
-# ``make bench-v2v`` (42 % of drafts accepted), and free replies' decode was unchanged (a probe
-# over 12 questions: 77.5 against 77.6 ms a token). n 2 and m 4 were the best of n 2/3, m 4/8.
+# run of tokens is nearly free and a wrong guess costs little. What is copied most is the JSON a
+# booking change is read as, whose values mostly repeat the words already in the prompt: its
+# tokens come faster (``make bench-v2v``'s booking changes), and free text decodes as fast as
+# without it. n 2 and m 4 did best of n 2/3, m 4/8.
 SPECULATIVE = {
     "ngram": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
               "--spec-ngram-simple-size-m", "4", "--spec-draft-n-max", "4"],
@@ -371,8 +368,8 @@ def native_server_command(server: str | Path | list[str], model: str | Path, hos
         # the guard ran), restored instead of prefilled again. Bounded: the default (8 GiB) is a
         # third of a small machine that also runs STT and TTS; 1 GiB is ~37k tokens of this model.
         "--cache-ram", "1024",
-        # Flash attention on the CPU too: measured 5-10 % less time per token for both prefill and
-        # decode with the packaged 1.5B and 0.5B models on two cores (three paired runs).
+        # Flash attention on the CPU too: less time per token for both prefill and decode with the
+        # packaged model.
         "--flash-attn", "on",
         # Prometheus /metrics (prompt and generated tokens, requests processing/deferred).
         "--metrics",

@@ -26,7 +26,7 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 OTEL_VARS = {"OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT"}
 # Set in compose only, with the reason.
 COMPOSE_ONLY = {
-    # compose ships its own collector; in a cluster, point it at yours (k8s/README.md).
+    # compose ships its own collector; in a cluster, point it at yours (docs/kubernetes.md).
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 }
 

@@ -14,8 +14,9 @@ from voicebot.devstack import REDIS_EVICTION_POLICY
 SERVICES = ("gateway", "stt", "brain", "tts", "llm")
 K8S_VERSIONS = ("1.31.0", "1.37.0")  # the oldest we support and the newest the validator ships
 CRD_GROUPS = ("monitoring.coreos.com/",)  # Prometheus Operator kinds: no schema in kubernetes-validate
-# The metric names DESIGN.md 4.4 promises (the dashboard may use them before a service exports them).
-DESIGN_METRICS = {
+# The metric names the design's contracts promise (docs/design.md; the dashboard may use them before a
+# service exports them).
+CONTRACT_METRICS = {
     "voicebot_stage_seconds", "voicebot_turns_total", "voicebot_barge_ins_total", "voicebot_active_sessions",
     "voicebot_tool_calls_total", "voicebot_guard_blocks_total", "voicebot_llm_fallbacks_total",
     "voicebot_handoffs_total",
@@ -330,8 +331,8 @@ def test_dashboard_configmap_carries_the_dashboard(rendered):
     for metric in ("voicebot_stage_seconds", "voicebot_turns_total", "voicebot_active_sessions"):
         assert metric in exprs, metric
     for metric in set(re.findall(r"\b(voicebot_[a-z_]+?)(?:_bucket|_sum|_count)?\b", exprs)):
-        known = _metric_defined(metric) or metric in DESIGN_METRICS
-        assert known, f"dashboard uses {metric}, which no service exports and DESIGN 4.4 does not name"
+        known = _metric_defined(metric) or metric in CONTRACT_METRICS
+        assert known, f"dashboard uses {metric}, which no service exports and docs/design.md does not name"
     for name in ("monitoring", "cpu-monitoring"):
         cm = rendered[name].get("ConfigMap", "voicebot-dashboard")
         assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"

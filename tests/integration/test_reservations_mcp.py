@@ -220,7 +220,8 @@ async def test_failure_plan_through_the_dispatcher(source: McpToolSource) -> Non
     assert failed.outcome == "failed" and failed.content["error"] == "error: database away"
 
 
-@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28 (sessionless), and the handshake era
+# Protocol revision 2026-07-28 (sessionless), and the handshake.
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_reconnects_after_the_server_restarts(tmp_path: Path, mode: str) -> None:
     port = free_port()
     env = server_env(port, str(tmp_path / "book.sqlite3"))  # a file: bookings survive the restart

@@ -80,7 +80,7 @@ def metric(samples: dict, name: str, **labels: str) -> float:
 
 
 async def twilio_call(abuse: AbuseStack, **params: str):
-    """A genuine stream: the secret as its custom parameter, as the README recommends."""
+    """A genuine stream: the secret as its custom parameter, as docs/protocols.md recommends."""
     ws = await websockets.connect(f"{abuse.ws_base}/v1/twilio")
     await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
     await ws.send(json.dumps({"event": "start", "streamSid": "MZ1", "start": {

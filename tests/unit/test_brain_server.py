@@ -82,8 +82,8 @@ async def test_a_converse_call_closed_between_events_leaves_its_trace_context_cl
 async def test_a_finished_converse_turn_is_freed_without_the_cycle_collector():
     """The turn's end was a StopAsyncIteration caught in the handler: the exception's traceback
     held the handler's frame, and the frame (through its task) the exception, so every turn's
-    call state waited for the cycle collector: ~4,500 objects in each of the brain's young
-    collections at 200 sessions, 3-10 ms each (make bench-gateway, a gc.callbacks probe)."""
+    call state waited for the cycle collector, and under load every young collection of the
+    brain walked thousands of them (make bench-gateway's collector pauses show it)."""
     async def requests():
         yield start()
         yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())

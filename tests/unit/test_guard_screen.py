@@ -130,7 +130,7 @@ async def test_the_warm_up_asks_the_llm_even_for_words_the_screen_would_pass():
 
 @pytest.mark.xfail(strict=True, reason="known: the screen reads the words' topic, not whose table; "
                    "0.76 to 'I'd like to reserve a table for dinner.' A block example for it cost "
-                   "three plain booking questions (README: the screen's line, measured against the "
+                   "three plain booking questions (make bench-guard judges the screen against the "
                    "model's own verdicts).")
 def test_a_booking_at_another_restaurant_is_left_to_the_llm(encoder):
     screen = profile_screen(encoder, "restaurant")

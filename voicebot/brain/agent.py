@@ -164,8 +164,8 @@ class Agent:
 
     @staticmethod
     async def _warm(what: str, prime: Callable[[], Awaitable[Any]], attempts: int = 3) -> bool:
-        """The packaged model's ~860-token start takes ~27 s to prefill on two cores, past the
-        client's first-token timeout; the server finishes and caches it all the same, so the
+        """On a few CPU cores the packaged model's prompt start can take longer to prefill than
+        the client's first-token timeout; the server finishes and caches it all the same, so the
         next attempt is answered once it is done (and the guard is still warmed after it)."""
         error: Exception | None = None
         for _ in range(attempts):

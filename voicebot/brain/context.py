@@ -12,8 +12,8 @@ agent prefills the rest right after each reply).
 
 The state block is left out when the model already sees the same state: the last
 block among the turns shown in full, or, when none is shown, the empty state of a
-fresh session. Each block left out is some fifteen tokens the server does not have
-to prefill at the endpoint (about 0.4 s for the packaged 1.5B model on two cores).
+fresh session. Each block left out is tokens the server does not have to prefill at
+the endpoint, which on CPU cores is time the caller waits.
 
 Older turns collapse to question/answer in steps of ``recent_turns`` rather
 than one per turn, so the cache breaks once every few turns, not every turn.
@@ -53,8 +53,8 @@ def state_text(state: dict[str, Any]) -> str:
 def shown_turns(turns: list[Turn], recent_turns: int, max_turns: int) -> tuple[list[Turn], int]:
     """The turns a prompt shows, and the index of the first one shown in full. Refused turns are
     not shown: with two refusals in its history the packaged 1.5B model refused every question
-    after them ("I'm sorry, but I can't assist with that." to "Do you have vegan desserts?",
-    2026-12-04), which it answers in a session without them."""
+    after them ("I'm sorry, but I can't assist with that." to "Do you have vegan desserts?"),
+    which it answers in a session without them."""
     turns = [turn for turn in turns if not turn.refused]
     turns = turns[window_start(len(turns), max_turns, recent_turns):]
     return turns, window_start(len(turns), 2 * recent_turns - 1, recent_turns)

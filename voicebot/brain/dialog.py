@@ -1,4 +1,4 @@
-"""Dialog rules code decides, not the model (seed 002).
+"""Dialog rules code decides, not the model (docs/design.md, "The brain's rules").
 
 - A request for a person hands off at once, from any state; the handoff carries a
   summary of what was collected, so the colleague never asks again.

@@ -1,4 +1,4 @@
-"""The task engine: code fills a task's form and decides every step (seed 002's state machine).
+"""The task engine: code fills a task's form and decides every step (a state machine: docs/design.md).
 
 Per turn, after the caller's words were read into field values (``reading.py``):
 

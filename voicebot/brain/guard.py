@@ -83,8 +83,8 @@ class TopicGuard:
     async def check(self, text: str, language: str = "en",
                     asking: Callable[[], None] | None = None) -> GuardVerdict:
         """The caller's words alone. What the assistant said before is left out on purpose:
-        measured with the packaged 1.5B model, "Assistant said: ..." before an ordinary question
-        made it BLOCK half of them ("Can I bring my own wine?"), which it ALLOWs on their own;
+        with the packaged 1.5B model, "Assistant said: ..." before an ordinary question made it
+        block many of them ("Can I bring my own wine?"), which it allows on their own;
         answers inside a task never reach the guard at all (``dialog.is_dialogue_act``).
 
         ``asking`` is called once the screen has not passed the words, right before the LLM is
@@ -152,8 +152,8 @@ class TopicGuard:
         (asked for in the guard's request fields: ``localllm.guard_request_fields``).
 
         Alternatives that name ALLOW or BLOCK decide at once: the stream is closed there (the
-        server drops the request) rather than read to its end, since on two cores each further
-        token of the verdict took 50-250 ms, shared with the reply's, which waits for it."""
+        server drops the request) rather than read to its end: on CPU cores each further token of
+        the verdict takes time from the reply's prefill, which waits for it."""
         parts: list[str] = []
         alternatives: list[tuple[str, float]] = []
         async for chunk in self.chat(messages, max_tokens=max_tokens):

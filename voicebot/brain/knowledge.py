@@ -110,8 +110,8 @@ class Passage:
         """What the encoder sees: a question is matched against questions, a chunk with its
         heading so "Parking: two spaces behind the building" is found for "where do I park".
         The nearest heading only: with the document's title and parents before it as well,
-        all-MiniLM-L6-v2 scored the right chunk lower (0.44 against 0.49 for "Is there parking
-        nearby?", 0.42 against 0.53 for "Which payment methods do you accept?")."""
+        all-MiniLM-L6-v2 scored the right chunk lower ("Is there parking nearby?", "Which payment
+        methods do you accept?")."""
         if self.kind == "faq":
             return self.question
         return f"{self.title}: {self.text}" if self.title else self.text
@@ -334,7 +334,7 @@ class QdrantKnowledge(KnowledgeIndex):
 
 def open_client(settings: KnowledgeSettings) -> AsyncQdrantClient:
     """Qdrant's async client: embedded in this process (``:memory:``) or a server's."""
-    # Imported here, not at the top: ~0.8 s that every importer of the profile's settings
+    # Imported here, not at the top: a slow import that every importer of the profile's settings
     # (gateway, tools, tests) would pay, though only a brain with knowledge uses it.
     from qdrant_client import AsyncQdrantClient
 

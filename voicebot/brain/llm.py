@@ -72,8 +72,8 @@ class _Retryable(Exception):
 
 # llama-server (cpp-httplib), vLLM and llama-cpp-python (uvicorn) close a keep-alive connection
 # after 5 s idle, httpx's own default: a request sent on a connection the server is closing at
-# that moment fails with "Server disconnected without sending a response" (make bench-v2v saw it
-# in one turn of four, each a 0.25 s backoff). Pooled connections expire well before that.
+# that moment fails with "Server disconnected without sending a response" (a retry with backoff
+# on the turn's path). Pooled connections expire well before that.
 KEEPALIVE_EXPIRY_S = 2.0
 
 
@@ -157,7 +157,8 @@ class _ReadTimer(_TaskCanceller):
     """Times out one read that waits longer than ``limit`` seconds, as an ``asyncio.timeout``
     armed for each read and disarmed while the piece is with the caller would, for a stamp per
     read: its one timer, when it comes due, moves itself to the current read's deadline or
-    cancels the reading task. Rescheduling a timeout twice per piece was 4 % of the brain's CPU.
+    cancels the reading task. Rescheduling a timeout twice per piece was a visible share of the
+    brain's CPU.
     It cancels only while a read is armed, so the cancellation lands in that read."""
 
     def __init__(self, limit: float) -> None:
@@ -313,7 +314,7 @@ class PlainHTTP:
     """A minimal HTTP/1.1 client for a plain-http LLM server (what a local llama-server or vLLM
     is): keep-alive connections to one host, requests with a JSON body, answers read as lines.
 
-    Why not httpx there: its client, httpcore, h11 and anyio layers cost ~1 ms of CPU per
+    Why not httpx there: its client, httpcore, h11 and anyio layers cost CPU on every
     streamed request, and every turn makes two (the topic guard's and the reply's) before its
     first word, on the brain's one event loop. This does the same with asyncio's streams.
     Connections idle for ``keepalive_expiry_s`` are closed, not reused (see KEEPALIVE_EXPIRY_S),

@@ -4,7 +4,7 @@ The spec of each tool comes from the server's listing: name, title,
 description, input schema, and the kind from its annotations. Only
 ``readOnlyHint: true`` makes a tool read-only; anything else, no annotations
 included, is a write that needs the caller's confirmation, the safe default
-(DESIGN.md section 5). The profile may override kind, timeout, retries and
+(docs/design.md). The profile may override kind, timeout, retries and
 the read-back per tool, and include or exclude tools. An ``idempotency_key``
 parameter is hidden from the model and filled by code from
 ``ToolContext.idempotency_key``. ``admin_*`` tools are never offered.
@@ -157,7 +157,8 @@ class McpToolSource:
         self.name = name or url
         self.headers = dict(headers or {})  # e.g. Authorization, sent with every request
         self.connect_timeout_s = connect_timeout_s
-        self.mode = mode  # mcp.Client's: "auto" (2026-07-28, falls back to the handshake) or "legacy"
+        # mcp.Client's: "auto" (protocol revision 2026-07-28, sessionless; else the handshake) or "legacy"
+        self.mode = mode
         self._lock = asyncio.Lock()
         self._conn: _Connection | None = None
 

@@ -47,7 +47,7 @@ class Sentences(_Strict):
     handoff: str = "I'll connect you with a colleague now; they'll have all the details."
     unknown_outcome: str = ("I could not confirm that it went through; a colleague will check and "
                             "get back to you.")
-    confirm: str = "To confirm: {action}. Shall I go ahead?"  # its opening lets mimicry.py catch copies
+    confirm: str = "To confirm: {action}. Shall I go ahead?"
     confirm_again: str = "Just to be sure: {action}. Shall I go ahead? Please say yes or no."
     ask_what_to_change: str = "Okay, nothing is done. What would you like to change?"
     done: str = "Done: {action}."
@@ -91,10 +91,10 @@ class GuardSettings(_Strict):
         "writing code", "homework", "medical or legal advice", "politics"])
     timeout_s: float = Field(4.0, gt=0)
     # Blocked only when P(BLOCK) is above this (servers that report token probabilities; others
-    # are judged by the word written). 0.5 is the model's own word. Measured with the packaged
-    # 1.5B model (make bench-guard, 2026-12-01): at 0.7 no in-domain turn of the corpora passed
-    # that 0.5 blocked, but off-topic blocks fell from 92 % to 75 % (restaurant) and from 100 % to
-    # 38 % (clinic: medical advice got through), so a profile raises it only for a reason.
+    # are judged by the word written). 0.5 is the model's own word. With the packaged 1.5B model
+    # a higher line passed no more in-domain turns of the corpora but let far more off-topic
+    # requests through (at the clinic, medical advice), so a profile raises it only for a reason
+    # (make bench-guard reports the rates at 0.5 and 0.7 from the same verdicts).
     block_above: float = Field(0.5, gt=0, lt=1)
     screen: ScreenSettings = Field(default_factory=ScreenSettings)
 

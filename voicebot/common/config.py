@@ -1,7 +1,8 @@
 """Configuration from environment variables, one prefix per service.
 
 Every service subclasses ``ServiceSettings`` with its own ``env_prefix``
-(``STT_``, ``BRAIN_``, ``TTS_``, ``GATEWAY_``); the README lists every field.
+(``STT_``, ``BRAIN_``, ``TTS_``, ``GATEWAY_``); docs/configuration.md lists every field (a test
+checks it).
 """
 
 from __future__ import annotations

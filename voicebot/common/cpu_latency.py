@@ -1,7 +1,7 @@
 """How fast an idle CPU wakes: Linux's CPU latency QoS (``/dev/cpu_dma_latency``).
 
 Every hop between two of the stack's processes wakes one of them, often on an idle CPU. On a
-VM whose idle vCPUs halt (the development machine: Firecracker, guest halt polling off), that
+VM whose idle vCPUs halt (Firecracker, for one, with guest halt polling off), that
 wake-up is a round trip through the host: `make bench-gateway` measured the transport floor of
 a turn shorter with them held awake. A process that writes a latency bound to the device and keeps it open
 holds every CPU to idle states that wake within that bound (0: they poll); closing it lets

@@ -1,10 +1,10 @@
 """Python's cyclic garbage collector, set for services that answer in milliseconds.
 
 The collector stops the event loop while it runs, and a full collection walks every object the
-process holds: with defaults, the gateway at 200 real-time sessions ran 8 full collections in
-70 s of up to 128 ms each (and ~1,000 young ones, 1.2 s in all), the brain's up to 120 ms.
-Each is a stall for every call on the process, and a burst of late frames after it (README,
-"Gateway capacity": the gateway settled against Python's own, side by side).
+process holds: with Python's defaults, a gateway carrying a few hundred real-time sessions runs
+frequent collections, the full ones long enough to be heard. Each is a stall for every call on
+the process, and a burst of late frames after it (``make bench-gateway``'s ``python-gc``
+variant compares the two side by side).
 
 ``settle(configured())``, called once a service has started, does what long-running Python
 servers do:
@@ -14,7 +14,7 @@ servers do:
 - raise the **thresholds**: a young collection after 5,000 new container objects (not 700), a
   middle one every 20 of those, a full one every 100 middle ones (and only when the survivors
   have grown by a quarter, Python's own rule). Garbage cycles are still collected, later and in
-  fewer, shorter pauses; the price is memory (the gateway at 200 sessions: +27 MiB).
+  fewer, shorter pauses; the price is some memory.
 
 ``VOICEBOT_GC`` sets it for every service: three thresholds ("5000,20,100", the default), or
 "python" to keep Python's defaults and freeze nothing (to compare).

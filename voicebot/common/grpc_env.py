@@ -10,10 +10,8 @@ poller thread wakes a worker, which reads the socket and wakes the completion-qu
 which wakes the event loop (``strace -f`` of an echo server: four threads for one message), and
 a write goes out from a worker thread too. Turning the EventEngine off for the endpoints takes
 gRPC's older path: the completion-queue thread reads the socket itself and the event loop
-writes its own messages. Measured on the bench's two-core machine
-(``make bench-gateway``, the whole stack with and without, four pairs alternating, 68 turns
-each): one caller's end of speech to first audio p50 5.46 -> 5.22 ms (-4.3 %, 90 % interval
--8.5 to -0.4 %); a message and its answer on an open stream 0.55-0.73 -> 0.46-0.59 ms.
+writes its own messages, so a message and its answer on an open stream take fewer thread
+hand-offs and less time (``make bench-gateway`` measures a turn with and without).
 """
 
 from __future__ import annotations

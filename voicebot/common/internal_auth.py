@@ -10,7 +10,7 @@ Without a token a service refuses to start (and a client refuses to open a
 channel), unless ``VOICEBOT_INTERNAL_AUTH=false`` says so explicitly: a
 missing Secret must not silently turn authentication off. ``make run`` and
 the tests' fixtures generate a token and pass it to every process they start.
-On Kubernetes, add mTLS in a service mesh on top (k8s/README.md, Trust).
+On Kubernetes, add mTLS in a service mesh on top (docs/kubernetes.md, Trust).
 
 Two ways to add it on the client side: ``internal_channel`` (client interceptors, any call
 on the channel; for tools and tests) and ``TokenStub`` (the metadata passed with each call;

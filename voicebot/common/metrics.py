@@ -1,4 +1,4 @@
-"""Prometheus names shared by several services (DESIGN 4.4)."""
+"""Prometheus names shared by several services (docs/design.md, Contracts; docs/operations.md)."""
 
 from __future__ import annotations
 

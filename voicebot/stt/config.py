@@ -33,12 +33,11 @@ class SttSettings(ServiceSettings):
     # STT_DEFAULT_LANGUAGE: streams in other languages decode without it.
     context: str = Field("", max_length=600)
     # Encode twice the utterance's length, at least this many seconds, instead
-    # of Whisper's fixed 30 s window (3-4x less encoder work for short
+    # of Whisper's fixed 30 s window (far less encoder work for short
     # utterances); a final whose decode loops is redone on 10 s, then the full window. 30 (or 0)
-    # always uses the full window. 5 s, not 10: the same WER on the bench set
-    # (4.0 %), end of utterance -> final 107 vs 228 ms p50 on two cores, and the
-    # speculative decode ready before the endpoint in 3 of 11 utterances instead
-    # of 0 (make bench-stt --levels 1, both in one session, 2026-12-01).
+    # always uses the full window. 5 s, not 10: the same WER on make bench-stt's set, a final
+    # sooner after the end of the utterance, and the speculative decode more often ready before
+    # the endpoint.
     min_audio_context_s: float = 5.0
     # Endpointing (Silero VAD on 32 ms frames).
     vad_model_path: str = ""
@@ -49,14 +48,12 @@ class SttSettings(ServiceSettings):
     pre_roll_ms: int = 200
     max_utterance_s: float = 15.0
     # Partials (interim_results): re-decode the open utterance after this much
-    # new speech, at most one decode in flight per stream. 1200, not 400: on two
-    # CPU cores a decode takes ~0.3 s, so at 400 a partial was running at most
-    # pauses and the speculative decode (what the reply starts on) queued behind
-    # it; partials also took the cores from the LLM. make bench-v2v, 2026-12-01,
-    # 400 vs 1200: partial decodes 134 -> 29 a run; endpoint -> final p50 194 ->
-    # 74 ms (guard off) and 155 -> 126 (guard on).
-    # Barge-in is confirmed by speech length, not partial words (make
-    # bench-bargein: 538 ms, 0 of 5 false starts, at both). 400 for a GPU.
+    # new speech, at most one decode in flight per stream. 1200, not 400: on a
+    # few CPU cores a decode takes a good part of a second, so at 400 a partial was running
+    # at most pauses and the speculative decode (what the reply starts on) queued behind
+    # it; partials also took the cores from the LLM (make bench-v2v: fewer partial decodes,
+    # a sooner final after the endpoint). Barge-in is confirmed by speech length, not partial
+    # words, so it does not depend on this (make bench-bargein). 400 for a GPU.
     partial_interval_ms: int = 1200
     # A pause this long starts a speculative decode of the utterance so far;
     # when the pause becomes the endpoint, that decode is the final.

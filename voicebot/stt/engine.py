@@ -69,10 +69,10 @@ def encoder_frames(audio_frames: int, min_context_s: float) -> int:
 
 def wider_windows(window: int) -> list[int]:
     """The windows to try, in order, after a decode over ``window`` frames looped: first
-    MIDDLE_WINDOW_FRAMES, then Whisper's full window. Measured with the packaged base model
-    on two cores (piper "Do you have vegan desserts?", 1.4 s): the 5 s window looped, 8 and
-    10 s gave the sentence in 220-310 ms, the full window in ~970 ms; so the full window is
-    the last resort, not the first retry."""
+    MIDDLE_WINDOW_FRAMES, then Whisper's full window. With the packaged base model, an
+    utterance whose 5 s window looped ("Do you have vegan desserts?") came out right on 8 and
+    10 s windows in a fraction of the full window's time; so the full window is the last
+    resort, not the first retry."""
     return [w for w in (MIDDLE_WINDOW_FRAMES, WINDOW_FRAMES) if w > window]
 
 
@@ -150,7 +150,7 @@ class FasterWhisperEngine(SttEngine):
         window = encoder_frames(frames, self._min_context_s)
         text, degenerate = self._decode(features, window, language, frames)
         if degenerate and window < WINDOW_FRAMES and draft:
-            # The wider passes cost 0.25-3 s on two cores, and the one decode worker is
+            # The wider passes are slow on CPU cores, and the one decode worker is
             # what the speculative decode and the final wait for. Short drafts ("Do you")
             # loop most often; the next partial comes one STT_PARTIAL_INTERVAL_MS later anyway.
             raise DraftDiscarded

@@ -20,9 +20,8 @@ class TtsSettings(ServiceSettings):
     # ONNX threads per render; 0 means cores // workers, so the pool uses each core once.
     threads: int = 0
     # A phrase's audio exists whole once rendered, and the gateway paces it to the caller itself
-    # (voicebot/gateway/playout.py): smaller chunks only add gRPC messages. 1000, not 100: a reply of three
-    # short sentences went in 9 messages, not 14, and each side's CPU per reply fell 15-30 %
-    # (the fake TTS, 2026-12-04).
+    # (voicebot/gateway/playout.py): smaller chunks only add gRPC messages, and each message costs
+    # CPU on both sides.
     chunk_ms: int = 1000
     # A clause longer than this is cut at a comma so speech starts sooner.
     max_clause_chars: int = 120
@@ -31,14 +30,14 @@ class TtsSettings(ServiceSettings):
     min_phrase_phonemes: int = 24
     # The reply's first piece starts at its first comma once it holds this many characters, or
     # after this many words when no comma comes, without waiting for the full stop (0: off).
-    # 3, so "Yes," and "Sorry," are spoken while the model writes the rest of the sentence: most
-    # replies open that way, and the first audio comes ~0.4 s sooner on two cores (make bench-v2v);
-    # the join falls on the comma's own pause.
+    # 3, so "Yes," and "Sorry," are spoken while the rest of the sentence is still being made: many
+    # replies open that way, and their first audio comes sooner; the join falls on the comma's own
+    # pause.
     first_clause_chars: int = 3
     first_clause_words: int = 8
     # With no comma: the first piece may end before a word that opens a phrase ("from", "at",
     # "because", ...) once this many words precede it, rather than at first_clause_words (0: off).
-    # make bench-v2v (2026-12-03): replies like "I'm located five blocks away from the train
-    # station." waited 440-600 ms of decode for their eighth word or full stop.
+    # Without it, replies like "I'm located five blocks away from the train station." wait for
+    # their eighth word or their full stop before any audio.
     first_clause_min_words: int = 5
     max_text_chars: int = 4000

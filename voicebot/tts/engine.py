@@ -165,7 +165,7 @@ class PiperEngine(TtsEngine):
         self.sample_rate = config.sample_rate
         self.min_phrase_phonemes = min_phrase_phonemes
         # espeak-ng (phonemization) keeps global state and is not thread-safe; the
-        # ONNX session is, so only this short step (~1 ms a sentence) is serialised.
+        # ONNX session is, so only this short step is serialised.
         self._phonemize_lock = threading.Lock()
 
     def split(self, text: str, urgent: bool = False) -> list[Phrase]:
