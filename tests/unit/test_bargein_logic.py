@@ -14,12 +14,13 @@ from dataclasses import dataclass
 import pytest
 from starlette.websockets import WebSocketState
 
+from tests.fakes.speech_servers import sentence_events
 from voicebot.gateway.bargein import Action, BargeInDetector, Rules, spoken_words
 from voicebot.gateway.call import Call
 from voicebot.gateway.config import GatewaySettings
 from voicebot.gateway.protocol import SessionStart
+from voicebot.gateway.stt_link import DEFAULT_HOLDS, Holds
 from voicebot.gateway.turn import TurnTimings
-from tests.fakes.speech_servers import sentence_events
 from voicebot.v1 import brain_pb2, stt_pb2, tts_pb2
 
 RATE = 16000
@@ -290,10 +291,11 @@ class FakeUpstreams:
         await asyncio.Event().wait()
 
 
-def make_call(brain: FakeBrain, tts: FakeTts, **settings) -> tuple[Call, FakeWebSocket]:
+def make_call(brain: FakeBrain, tts: FakeTts, holds: Holds = DEFAULT_HOLDS,
+              **settings) -> tuple[Call, FakeWebSocket]:
     ws = FakeWebSocket()
     call = Call(ws, "alice", GatewaySettings(tokens="t=alice", playback_lead_ms=100, **settings),
-                FakeUpstreams(brain, tts), sessions=None)
+                FakeUpstreams(brain, tts), sessions=None, holds=holds)
     call.session, call.session_id = SessionStart(None, "en", RATE), "s_test"
     return call, ws
 
@@ -465,8 +467,8 @@ def _timings() -> TurnTimings:
 
 
 async def test_stt_audio_waits_for_a_message_only_while_nothing_but_an_onset_depends_on_it():
-    call, _ws = make_call(FakeBrain(think_s=0.1), FakeTts(audio_ms=300), stt_idle_batch_ms=100,
-                          stt_playback_batch_ms=60, stt_speech_batch_ms=40)
+    call, _ws = make_call(FakeBrain(think_s=0.1), FakeTts(audio_ms=300),
+                          holds=Holds(idle_ms=100, playback_ms=60, speech_ms=40))
     assert call._stt_hold_ms() == 100  # nothing happens
     await call._on_stt_event(speech_started(0, onset_ms=0))
     # An utterance is open: its loud frames may wait 40 ms (the link sends a quiet one at once).
@@ -479,7 +481,7 @@ async def test_stt_audio_waits_for_a_message_only_while_nothing_but_an_onset_dep
     await call._on_stt_event(speech_started(1, onset_ms=900))
     assert call._stt_hold_ms() == 40
     await call.close()
-    ungated, _ws = make_call(FakeBrain(), FakeTts(), stt_hold_until_rms=0, stt_speech_batch_ms=40)
+    ungated, _ws = make_call(FakeBrain(), FakeTts(), holds=Holds(speech_ms=40, loud_rms=0))
     await ungated._on_stt_event(speech_started(0, onset_ms=0))
     assert ungated._stt_hold_ms() == 0  # no loudness gate: nothing could end a hold on speech
     await ungated.close()

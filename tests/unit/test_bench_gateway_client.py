@@ -147,7 +147,7 @@ def test_a_caller_refused_at_capacity_records_the_error_it_was_told_not_just_the
     """A gateway at capacity accepts, sends ``overloaded`` and closes 1013 without reading the
     caller's start. Here the close has always arrived before the caller sends its start (as it
     had for 199 of 200 refused callers in a loaded run): the send fails, and the error is read."""
-    from bench import voicebot.gateway as bench_gateway
+    from bench import gateway as bench_gateway
     from bench.gateway import open_session
 
     connect = websockets.connect

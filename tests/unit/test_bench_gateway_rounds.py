@@ -35,7 +35,7 @@ def test_a_variants_latency_rounds_are_pooled_as_one_sample():
 async def test_the_variants_take_turns_at_each_load_level_and_each_is_pooled(monkeypatch):
     from argparse import Namespace
 
-    from bench import voicebot.gateway as bench_gateway
+    from bench import gateway as bench_gateway
 
     calls = []
 

@@ -16,6 +16,11 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
+from voicebot.common import gc_tuning
+from voicebot.common.internal_auth import InternalAuthError, internal_token
+from voicebot.common.logs import setup_logging
+from voicebot.common.redis import connect_redis
+from voicebot.common.telemetry import setup_tracing, shutdown_tracing
 from voicebot.gateway import serving
 from voicebot.gateway.admission import Unauthenticated, UserSessions
 from voicebot.gateway.auth import TokenAuth
@@ -32,11 +37,6 @@ from voicebot.gateway.sessions import SessionRegistry
 from voicebot.gateway.twilio import BAD_INPUT_LOGS, TwilioCall, read_start, secret_ok, twilio_enabled
 from voicebot.gateway.upstreams import Upstreams
 from voicebot.gateway.ws_direct import DirectFramesProtocol
-from voicebot.common import gc_tuning
-from voicebot.common.internal_auth import InternalAuthError, internal_token
-from voicebot.common.logs import setup_logging
-from voicebot.common.redis import connect_redis
-from voicebot.common.telemetry import setup_tracing, shutdown_tracing
 
 log = logging.getLogger("gateway")
 
@@ -62,8 +62,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        state["upstreams"] = Upstreams(settings.stt_addr, settings.brain_addr, settings.tts_addr,
-                                       settings.grpc_client_interceptors)
+        state["upstreams"] = Upstreams(settings.stt_addr, settings.brain_addr, settings.tts_addr)
         state["redis"] = connect_redis(settings.redis_url.get_secret_value())
         state["sessions"] = SessionRegistry(state["redis"], settings.session_ttl_s)
         state["fallback"] = FallbackVoice(state["upstreams"].tts, settings.output_sample_rate)
@@ -223,8 +222,10 @@ def main() -> None:
         # Frames beyond this close the socket with 1009; smaller oversize frames get an error event.
         ws_max_size=settings.max_message_bytes * 4, log_config=None, access_log=False,
         lifespan="on",
-        ws_per_message_deflate=settings.ws_per_message_deflate,
-        ws=DirectFramesProtocol if settings.ws_direct_frames else "websockets-sansio",
+        # Off: PCM does not compress, and deflate costs CPU both ways (the bench's former
+        # ``deflate`` variant).
+        ws_per_message_deflate=False,
+        ws=DirectFramesProtocol,
     )
     server = uvicorn.Server(config)
 
@@ -238,7 +239,7 @@ def main() -> None:
             print(f"READY gateway http={port}", flush=True)
         await serve
 
-    serving.run(run(), settings.loop)
+    serving.run(run())
 
 
 if __name__ == "__main__":

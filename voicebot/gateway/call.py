@@ -28,6 +28,9 @@ from opentelemetry import trace
 from redis.exceptions import OutOfMemoryError, RedisError
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
+from voicebot.common.metrics import REDIS_ERRORS
+from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
 from voicebot.gateway import ws_direct
 from voicebot.gateway.admission import TokenBucket
 from voicebot.gateway.bargein import Action, BargeInDetector, Decision, Pending, Rules, has_words
@@ -44,7 +47,7 @@ from voicebot.gateway.metrics import (
     TURNS,
     TURNS_RATE_LIMITED,
 )
-from voicebot.gateway.playout import Playout
+from voicebot.gateway.playout import FRAME_MS, MESSAGE_MS, Playout
 from voicebot.gateway.preemptive import EarlyReply
 from voicebot.gateway.prefill import WordsPrefiller
 from voicebot.gateway.protocol import (
@@ -60,12 +63,9 @@ from voicebot.gateway.protocol import (
 from voicebot.gateway.sessions import SessionRegistry
 from voicebot.gateway.spoken import SpokenTracker
 from voicebot.gateway.standby import StandbyCalls
-from voicebot.gateway.stt_link import SttLink
+from voicebot.gateway.stt_link import DEFAULT_HOLDS, Holds, SttLink
 from voicebot.gateway.turn import TurnFailed, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from voicebot.gateway.upstreams import Upstreams
-from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
-from voicebot.common.metrics import REDIS_ERRORS
-from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
 from voicebot.v1 import brain_pb2, stt_pb2
 
 log = logging.getLogger("voicebot.gateway.call")
@@ -190,7 +190,7 @@ class Call:
 
     def __init__(self, ws: WebSocket, user_id: str, settings: GatewaySettings,
                  upstreams: Upstreams, sessions: SessionRegistry, fallback: FallbackVoice | None = None,
-                 capacity: Capacity | None = None) -> None:
+                 capacity: Capacity | None = None, holds: Holds = DEFAULT_HOLDS) -> None:
         self.ws = ws
         self.user_id = user_id
         self.settings = settings
@@ -198,6 +198,7 @@ class Call:
         self.sessions = sessions
         self.fallback = fallback
         self.capacity = capacity
+        self.holds = holds  # how long audio may wait for an STT message (stt_link.py)
         self.session: SessionStart | None = None
         self.session_id: str | None = None
         self.turn: ActiveTurn | None = None
@@ -238,7 +239,7 @@ class Call:
         """The report of the last reply, made when a request takes it (its audio has played by
         then, or the turn was cut off and its record fixed)."""
         turn = self._reported
-        return None if turn is None else turn.report(time.perf_counter(), self.settings.output_frame_ms)
+        return None if turn is None else turn.report(time.perf_counter(), FRAME_MS)
 
     # ---- the wire (protocol v1; overridden by other protocols) ---------
     def wire_event(self, kind: str, fields: dict[str, Any]) -> list[str]:
@@ -302,10 +303,9 @@ class Call:
         (a Twilio stream's ``start``, read before the call was admitted)."""
         # Audio frames handled where they arrive, when the protocol can (voicebot/gateway/ws_direct.py);
         # a wire protocol with its own audio handling keeps every message on the awaited path.
-        direct = self.settings.ws_direct_frames and type(self)._on_audio is Call._on_audio
+        direct = type(self)._on_audio is Call._on_audio
         ws_direct.register(self.ws.scope, self._audio_now if direct else None)
-        if self.settings.ws_send_together:
-            self._send_together = ws_direct.send_together(self.ws.scope)
+        self._send_together = ws_direct.send_together(self.ws.scope)
         self._arm_idle(self.settings.idle_timeout_s)
         try:
             for text in opening:
@@ -401,7 +401,7 @@ class Call:
         turn.played_stopped = True  # playback stopped there: no time is added to it
         if turn.record is not None:  # cut off already: the client's figure replaces the estimate
             turn.record = None
-            turn.record = turn.report(time.perf_counter(), self.settings.output_frame_ms)
+            turn.record = turn.report(time.perf_counter(), FRAME_MS)
         return True
 
     async def _start_session(self, start: SessionStart) -> None:
@@ -475,12 +475,12 @@ class Call:
     def _open_standby(self, utterance: int) -> None:
         """The calls this utterance's turn will need, opened now, under its trace (standby.py)."""
         self._take_standby(None)
-        if not self.settings.standby_calls or self.session_id is None:
+        if self.session_id is None:
             return
         span = self._utterance_spans.get(utterance)
         metadata = outgoing_metadata(trace.set_span_in_context(span) if span is not None else None)
         read_ahead = brain_pb2.Prepare(session_id=self.session_id, user_id=self.user_id) \
-            if self.settings.session_read_ahead and self._history_settled() else None
+            if self._history_settled() else None
         self._standby = (utterance, StandbyCalls(self.upstreams, self.settings.turn_timeout_s, metadata,
                                                  read_ahead=read_ahead))
 
@@ -508,12 +508,14 @@ class Call:
         config = stt_pb2.RecognitionConfig(session_id=self.session_id, language=self.session.language,
                                            sample_rate=self.session.sample_rate, interim_results=True,
                                            speculative_results=self.settings.preemptive,
-                                           final_with_end_of_utterance=self.settings.stt_final_with_end)
+                                           # STT sends a final it has at the endpoint inside the
+                                           # EndOfUtterance: one message, not two (a gRPC stream's
+                                           # second message waits for the first).
+                                           final_with_end_of_utterance=True)
         self._stt = SttLink(self.upstreams.stt.StreamingRecognize, config,
                             on_event=self._on_stt_event, on_ended=self._on_stt_ended,
                             on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
-                            max_message_bytes=self.settings.stt_max_message_bytes,
-                            hold_ms=self._stt_hold_ms, loud_rms=self.settings.stt_hold_until_rms,
+                            hold_ms=self._stt_hold_ms, loud_rms=self.holds.loud_rms,
                             speech_hold=lambda: self._utterance_open,
                             reconnected=lambda: self.upstreams.reconnected("stt"))
         return self._stt
@@ -528,11 +530,11 @@ class Call:
         confirmation, counted in stream time)."""
         if self._utterance_open:
             # Only loud audio waits, and only when a quiet frame can end the wait.
-            return self.settings.stt_speech_batch_ms if self.settings.stt_hold_until_rms else 0
+            return self.holds.speech_ms if self.holds.loud_rms else 0
         turn = self.turn
         if turn is not None and turn.audible(time.perf_counter()):
-            return self.settings.stt_playback_batch_ms if turn.spoken.sent_ms > 0 else 0
-        return self.settings.stt_idle_batch_ms
+            return self.holds.playback_ms if turn.spoken.sent_ms > 0 else 0
+        return self.holds.idle_ms
 
     def _became_busy(self) -> None:
         if self._stt is not None:
@@ -703,13 +705,11 @@ class Call:
 
     # ---- turns ---------------------------------------------------------
     def _new_playout(self, spoken: SpokenTracker) -> Playout:
-        return Playout(spoken, self.settings.output_frame_ms, self.settings.playback_lead_ms,
-                       message_ms=self.settings.output_message_ms)
+        return Playout(spoken, FRAME_MS, self.settings.playback_lead_ms, message_ms=MESSAGE_MS)
 
     def _runner(self, turn: ActiveTurn) -> TurnRunner:
         return TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s,
-                          self.settings.reply_phrase_chars, self.settings.reply_first_words,
-                          self.settings.tts_sentence_with_audio)
+                          first_words=self.settings.reply_first_words)
 
     def _may_start_on(self, text: str) -> bool:
         """Words the brain may work on before the endpoint: a session, words, and no reply still
@@ -891,7 +891,7 @@ class Call:
             return
         turn.interrupted = True
         turn.playout.stop()
-        turn.record = turn.report(time.perf_counter(), self.settings.output_frame_ms)
+        turn.record = turn.report(time.perf_counter(), FRAME_MS)
         if turn.text:  # a fallback turn answers nothing: it leaves no record for the brain
             self._reported = turn
         if turn.announced:

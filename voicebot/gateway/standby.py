@@ -1,9 +1,9 @@
 """The brain's and TTS's calls for a turn, opened while the caller is still speaking.
 
 Opening a gRPC call costs more than a message on an open one: HTTP/2 headers, then on the
-server a new call accepted, its token checked, its handler started. On the bench's two-core
-machine (``make bench-gateway``) the brain's call took ~1.1 ms from the gateway's request to
-the servicer, and a message on an open stream ~0.4-0.6 ms. So when STT says speech started,
+server a new call accepted, its token checked, its handler started: ``make bench-gateway``
+measured a new call at about twice a message on an open stream, on the turn's critical path
+(its former ``no-standby`` variant). So when STT says speech started,
 the gateway opens the two calls the utterance's turn will need (``Brain.Converse`` and the
 TTS stream), each waiting for its first message; at the endpoint only messages move: the
 turn's request, committed at once, and its texts.
@@ -14,7 +14,6 @@ utterance opens its own. A turn takes it only while it is young enough for its d
 cover a whole turn after it (``MAX_AGE_S``) and both calls are still open (an upstream that
 restarted ended them, or one that is draining: ``IdleCalls`` in voicebot/common/grpc_server.py);
 otherwise the turn opens fresh calls as before. Cancelled with the call.
-``GATEWAY_STANDBY_CALLS=false`` turns it off (the bench's ``no-standby`` variant).
 """
 
 from __future__ import annotations

@@ -20,12 +20,12 @@ from typing import Any, Protocol
 
 import grpc
 
+from voicebot.common.telemetry import outgoing_metadata
 from voicebot.gateway.metrics import STAGE_SECONDS
-from voicebot.gateway.phrases import PhraseCoalescer
+from voicebot.gateway.phrases import MAX_CHARS, PhraseCoalescer
 from voicebot.gateway.playout import Playout
 from voicebot.gateway.spoken import SpokenTracker
 from voicebot.gateway.standby import StandbyCalls
-from voicebot.common.telemetry import outgoing_metadata
 from voicebot.v1 import brain_pb2, tts_pb2
 
 log = logging.getLogger("voicebot.gateway.turn")
@@ -110,14 +110,13 @@ class TurnFailed(Exception):
 
 
 class TurnRunner:
-    def __init__(self, upstreams, output: TurnOutput, timeout_s: float, phrase_chars: int = 160,
-                 first_words: int = 0, sentence_with_audio: bool = True) -> None:
+    def __init__(self, upstreams, output: TurnOutput, timeout_s: float, phrase_chars: int = MAX_CHARS,
+                 first_words: int = 0) -> None:
         self.upstreams = upstreams
         self.output = output
         self.timeout_s = timeout_s
         self.phrase_chars = phrase_chars
         self.first_words = first_words
-        self.sentence_with_audio = sentence_with_audio
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
                   playout: Playout, brain_call=None, standby: StandbyCalls | None = None,
@@ -145,7 +144,10 @@ class TurnRunner:
             yield tts_pb2.SynthesizeRequest(config=tts_pb2.SynthesisConfig(
                 session_id=req.session_id, turn_id=req.turn_id,
                 sample_rate=req.output_rate, language=req.language,
-                sentence_with_first_audio=self.sentence_with_audio,
+                # Each sentence starts on its first chunk, not in a message of its own before it:
+                # a gRPC stream's second message waits for the first. A TTS that does not know
+                # the field sends SentenceStarted apart, which reads the same.
+                sentence_with_first_audio=True,
             ))
             while (text := await texts.get()) is not None:
                 if timings.first_tts_text is None:
