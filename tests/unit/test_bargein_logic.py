@@ -16,10 +16,12 @@ from starlette.websockets import WebSocketState
 
 from tests.fakes.speech_servers import sentence_events
 from voicebot.gateway.bargein import Action, BargeInDetector, Rules, spoken_words
-from voicebot.gateway.call import Call
+from voicebot.gateway.codec_v1 import V1Codec
 from voicebot.gateway.config import GatewaySettings
+from voicebot.gateway.conversation import Conversation
 from voicebot.gateway.protocol import SessionStart
 from voicebot.gateway.stt_link import DEFAULT_HOLDS, Holds
+from voicebot.gateway.transport import Transport
 from voicebot.gateway.turn import TurnTimings
 from voicebot.v1 import brain_pb2, stt_pb2, tts_pb2
 
@@ -292,10 +294,12 @@ class FakeUpstreams:
 
 
 def make_call(brain: FakeBrain, tts: FakeTts, holds: Holds = DEFAULT_HOLDS,
-              **settings) -> tuple[Call, FakeWebSocket]:
+              **settings) -> tuple[Conversation, FakeWebSocket]:
+    """A conversation on protocol v1 over a fake socket, its session open."""
     ws = FakeWebSocket()
-    call = Call(ws, "alice", GatewaySettings(tokens="t=alice", playback_lead_ms=100, **settings),
-                FakeUpstreams(brain, tts), sessions=None, holds=holds)
+    config = GatewaySettings(tokens="t=alice", playback_lead_ms=100, **settings)
+    call = Conversation(Transport(ws, V1Codec(config)), "alice", config, FakeUpstreams(brain, tts),
+                        sessions=None, holds=holds)
     call.session, call.session_id = SessionStart(None, "en", RATE), "s_test"
     return call, ws
 
@@ -383,7 +387,7 @@ async def test_a_filler_while_the_bot_speaks_pauses_it_and_then_it_goes_on(toget
     await call.close()
 
 
-def written_together(call: Call) -> list[list[str]]:
+def written_together(call: Conversation) -> list[list[str]]:
     """Records what the call sends together (one write to the socket under the real server) as
     kinds; declines, so the fake socket still gets each message."""
     batches: list[list[str]] = []
@@ -392,7 +396,7 @@ def written_together(call: Call) -> list[list[str]]:
         batches.append(["audio" if isinstance(m, bytes) else json.loads(m)["type"] for m in messages])
         return False
 
-    call._send_together = together
+    call.out._together = together
     return batches
 
 

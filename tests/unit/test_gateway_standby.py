@@ -102,13 +102,13 @@ async def test_the_turns_request_goes_to_the_brain_before_the_client_hears_trans
     log: list[tuple[str, str]] = []
     brain = EagerBrain(log)
     call, ws = make_call(brain, FakeTts())
-    send_event = call.send_event
+    emit = call.emit
 
-    async def logged(kind: str, **fields) -> None:
-        log.append(("client", kind))
-        await send_event(kind, **fields)
+    async def logged(event) -> None:
+        log.append(("client", event.kind))
+        await emit(event)
 
-    call.send_event = logged
+    call.emit = logged
     await speak_up(call)
     await stop_speaking(call, "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())

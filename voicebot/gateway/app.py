@@ -24,17 +24,19 @@ from voicebot.common.telemetry import setup_tracing, shutdown_tracing
 from voicebot.gateway import serving
 from voicebot.gateway.admission import Unauthenticated, UserSessions
 from voicebot.gateway.auth import TokenAuth
-from voicebot.gateway.call import Call
 from voicebot.gateway.capacity import Capacity, CpuUse, LoopLag
+from voicebot.gateway.codec_realtime import RealtimeCodec
+from voicebot.gateway.codec_twilio import BAD_INPUT_LOGS, TwilioCodec, read_start, secret_ok, twilio_enabled
+from voicebot.gateway.codec_v1 import V1Codec
 from voicebot.gateway.config import GatewaySettings
+from voicebot.gateway.conversation import Conversation
 from voicebot.gateway.fallback import FallbackVoice
 from voicebot.gateway.metrics import ADMISSION_REFUSALS
 from voicebot.gateway.origin import OriginPolicy
 from voicebot.gateway.protocol import ProtocolError, error_event
-from voicebot.gateway.realtime import RealtimeCall
 from voicebot.gateway.redis_memory import watch_redis_memory
 from voicebot.gateway.sessions import SessionRegistry
-from voicebot.gateway.twilio import BAD_INPUT_LOGS, TwilioCall, read_start, secret_ok, twilio_enabled
+from voicebot.gateway.transport import Codec, Transport
 from voicebot.gateway.upstreams import Upstreams
 from voicebot.gateway.ws_direct import DirectFramesProtocol
 
@@ -92,10 +94,10 @@ def create_app(settings: GatewaySettings) -> Starlette:
         await ws.close(code=code, reason=reason)
 
     async def call_endpoint(ws: WebSocket) -> None:
-        await serve(ws, Call, auth.authenticate(ws))
+        await serve(ws, V1Codec(settings), auth.authenticate(ws))
 
     async def realtime_endpoint(ws: WebSocket) -> None:
-        await serve(ws, RealtimeCall, auth.authenticate(ws))
+        await serve(ws, RealtimeCodec(settings), auth.authenticate(ws))
 
     async def twilio_endpoint(ws: WebSocket) -> None:
         """Twilio sends no headers of ours: the secret comes in the URL (checked before anything
@@ -107,7 +109,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         user = settings.twilio_user_id if twilio_enabled(settings) else None
         in_url = ws.query_params.get("secret")
         if user is None or in_url is not None:
-            await serve(ws, TwilioCall, user if secret_ok(in_url, settings) else None)
+            await serve(ws, TwilioCodec(settings, in_url), user if secret_ok(in_url, settings) else None)
             return
         if not unauthenticated.enter():
             # Refused in the handshake (HTTP 503), not accepted and closed: a crowd reconnecting
@@ -123,9 +125,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
         if start is None:
             await refuse(ws, CLOSE_UNAUTHORIZED, "unauthorized")
             return
-        await serve(ws, TwilioCall, user, opening=(start,))
+        await serve(ws, TwilioCodec(settings), user, opening=(start,))
 
-    async def serve(ws: WebSocket, kind: type[Call], user_id: str | None,
+    async def serve(ws: WebSocket, codec: Codec, user_id: str | None,
                     opening: tuple[str, ...] = ()) -> None:
         if not origins.allows(ws.headers.get("origin"), ws.headers.get("host")):
             await refuse(ws, CLOSE_FORBIDDEN_ORIGIN, "origin not allowed")
@@ -146,18 +148,21 @@ def create_app(settings: GatewaySettings) -> Starlette:
                              ("overloaded", "this gateway is at capacity; try again shortly"))
                 return
             try:
-                await run_call(ws, kind, user_id, opening)
+                await run_call(ws, codec, user_id, opening)
             finally:
                 capacity.close()
         finally:
             users.close(user_id)
 
-    async def run_call(ws: WebSocket, kind: type[Call], user_id: str, opening: tuple[str, ...]) -> None:
+    async def run_call(ws: WebSocket, codec: Codec, user_id: str, opening: tuple[str, ...]) -> None:
+        """The conversation, its codec and the socket between them (transport.py)."""
         try:
             if ws.application_state == WebSocketState.CONNECTING:
                 await ws.accept()
-            await kind(ws, user_id, settings, state["upstreams"], state["sessions"],
-                       fallback=state["fallback"], capacity=capacity).run(opening)
+            transport = Transport(ws, codec)
+            conversation = Conversation(transport, user_id, settings, state["upstreams"], state["sessions"],
+                                        fallback=state["fallback"], capacity=capacity)
+            await transport.serve(conversation, opening)
         except ProtocolError as exc:  # a session the protocol starts itself could not be opened
             with contextlib.suppress(Exception):
                 await ws.close(code=CLOSE_TRY_AGAIN_LATER, reason=exc.message[:100])

@@ -16,8 +16,8 @@ import os
 import sys
 import time
 
-from voicebot.gateway.call_result import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
 from voicebot.common.audio import write_wav
+from voicebot.gateway.call_result import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
 
 # Events that say a turn is under way (its speech, transcript or reply), until its turn.metrics.
 TURN_EVENTS = frozenset({"transcript.partial", "transcript.final", "reply.delta", "audio.start"})

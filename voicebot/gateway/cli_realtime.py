@@ -14,8 +14,8 @@ import base64
 import json
 import time
 
-from voicebot.gateway.call_result import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
 from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
+from voicebot.gateway.call_result import FRAME_MS, TRAILING_SILENCE_MS, CallResult, load_audio
 
 RATE = 24000
 

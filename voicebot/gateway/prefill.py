@@ -15,8 +15,8 @@ import logging
 
 import grpc
 
-from voicebot.gateway.metrics import PREFILLS
 from voicebot.common.telemetry import outgoing_metadata
+from voicebot.gateway.metrics import PREFILLS
 from voicebot.v1 import brain_pb2
 
 log = logging.getLogger(__name__)
