@@ -695,9 +695,9 @@ class Conversation:
         try:
             if transcribed:
                 # grpc.aio writes the brain's request from a task of its own (the call's request
-                # iterator, or its unary request) once the loop turns: let it go first. The event
-                # went first before: a WebSocket write on the turn's path, and on the bench's two
-                # cores the client it woke ran ahead of the gateway (the request ~0.5 ms later).
+                # iterator, or its unary request) once the loop turns: let it go first. Written
+                # first, the event put a WebSocket write on the turn's path, and on shared cores
+                # the client it woke ran ahead of the gateway, delaying the request.
                 await asyncio.sleep(0)
                 await self.emit(TranscriptFinal(request.turn_id, request.text))
         except BaseException:

@@ -44,7 +44,7 @@ async def _requests_from(source: asyncio.Future[AsyncIterator[Any]], first: Any 
 async def committed_turn(request: brain_pb2.RespondRequest) -> AsyncIterator[brain_pb2.ConverseRequest]:
     """The turn at the endpoint on ``Brain.Converse``: started and committed at once, so the
     brain runs it as ``Respond`` would (brain/server.py). The start says so itself, and the
-    brain reads nothing more of the call (~7 % of its CPU a turn); the commit message behind it
+    brain reads nothing more of the call (a measurable share of its CPU a turn); the commit message behind it
     is for a brain older than that field, during a rolling upgrade."""
     yield brain_pb2.ConverseRequest(start=request, committed=True)
     yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())

@@ -1,7 +1,7 @@
 """A call's STT stream: frames merged per message, reopened with backoff, failures told once.
 
 Why merge: one gRPC message per 20 ms frame made per-frame gRPC work the gateway's largest
-cost (a profile at 50 sessions: ~46 % of its CPU). Frames that are already waiting when the
+cost (the largest share of its CPU in a loaded profile). Frames that are already waiting when the
 stream is ready for the next message go out as one message, so nothing waits for a merge
 (no added latency at the endpoint) and a busy gateway sends fewer, larger messages exactly
 when that matters.
@@ -100,7 +100,7 @@ class AudioOutbox:
     """Frames (with their arrival time) waiting for the stream, plus in-band utterance contexts.
 
     A frame's arrival time waits beside it in a deque of floats, not in a tuple with it: a
-    tuple per frame was half of what the gateway's young collections walked at 200 sessions.
+    tuple per frame was much of what the gateway's young collections walked under load.
 
     ``take`` returns everything that is waiting, audio merged up to ``max_bytes``; a context
     keeps its place in the order. With ``hold_bytes`` it first waits until that much audio is
@@ -310,8 +310,8 @@ class SttLink:
         """When the frame holding ``stream_ms`` of this stream reached the gateway (now, if none has).
 
         Searched from the newest frame: the end of an utterance is a few hundred ms back, and
-        from the oldest it was a walk over up to a minute of frames per turn (2.6 % of a
-        pinned gateway's samples at 200 sessions)."""
+        from the oldest it was a walk over up to a minute of frames per turn, visible in a
+        loaded gateway's profile."""
         found = None
         for end_ms, arrived in zip(reversed(self._arrival_ends), reversed(self._arrival_times), strict=True):
             if end_ms < stream_ms:
