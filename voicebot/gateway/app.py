@@ -172,7 +172,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
                 await ws.close(code=1011, reason="internal error")
 
     async def index(_request: Request) -> HTMLResponse:
-        return HTMLResponse(files("gateway").joinpath("static/index.html").read_text())
+        return HTMLResponse(files("voicebot.gateway").joinpath("static/index.html").read_text())
 
     async def healthz(_request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
