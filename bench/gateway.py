@@ -71,48 +71,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 VARIANTS = {
     # The gateway as configured by default.
     "tuned": {},
-    # Everything as the gateway did it before: a message per frame and per word, asyncio's loop,
-    # permessage-deflate, the token added by client interceptors.
-    "per-frame": {"GATEWAY_LOOP": "asyncio", "GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true",
-                  "GATEWAY_WS_PER_MESSAGE_DEFLATE": "true", "GATEWAY_WS_DIRECT_FRAMES": "false",
-                  "GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0",
-                  "GATEWAY_STT_SPEECH_BATCH_MS": "0",
-                  "GATEWAY_STT_MAX_MESSAGE_BYTES": "1",
-                  "GATEWAY_OUTPUT_MESSAGE_MS": "20",
-                  "GATEWAY_REPLY_PHRASE_CHARS": "1", "GATEWAY_STT_FINAL_WITH_END": "false",
-                  "GATEWAY_TTS_SENTENCE_WITH_AUDIO": "false", "GATEWAY_WS_SEND_TOGETHER": "false"},
-    # One change back at a time: each is a default the gateway had before.
-    # STT's final as a message of its own after the EndOfUtterance.
-    "final-apart": {"GATEWAY_STT_FINAL_WITH_END": "false"},
-    # TTS's SentenceStarted as a message of its own before the sentence's first audio.
-    "sentence-apart": {"GATEWAY_TTS_SENTENCE_WITH_AUDIO": "false"},
-    # A reply's audio.start and its first frame in two writes to the socket.
-    "writes-apart": {"GATEWAY_WS_SEND_TOGETHER": "false"},
-    "asyncio-loop": {"GATEWAY_LOOP": "asyncio"},
-    "deflate": {"GATEWAY_WS_PER_MESSAGE_DEFLATE": "true"},
-    "no-idle-batch": {"GATEWAY_STT_IDLE_BATCH_MS": "0", "GATEWAY_STT_PLAYBACK_BATCH_MS": "0"},
-    # Every frame to STT at once while the reply plays (the default before the loud-frame gate).
-    "no-playback-batch": {"GATEWAY_STT_PLAYBACK_BATCH_MS": "0"},
-    # Held audio goes only once 100 ms of it waits, however loud a frame: the bot's audio then
-    # stopped up to 100 ms after the caller started speaking over it (make bench-bargein).
-    "no-loud-gate": {"GATEWAY_STT_HOLD_UNTIL_RMS": "0"},
-    "interceptor": {"GATEWAY_GRPC_CLIENT_INTERCEPTORS": "true"},
-    # Quiet audio held up to 100 ms per STT message.
-    "batch-100": {"GATEWAY_STT_IDLE_BATCH_MS": "100", "GATEWAY_STT_PLAYBACK_BATCH_MS": "100"},
-    # Python's own garbage-collector thresholds, nothing frozen.
+    # Python's own garbage-collector thresholds, nothing frozen (voicebot/common/gc_tuning.py).
     "python-gc": {"VOICEBOT_GC": "python"},
-    # Every frame of an open utterance to STT at once.
-    "no-speech-batch": {"GATEWAY_STT_SPEECH_BATCH_MS": "0"},
-    # Quiet audio held up to 300 ms, speech up to 60 ms.
-    "hold-300": {"GATEWAY_STT_IDLE_BATCH_MS": "300", "GATEWAY_STT_PLAYBACK_BATCH_MS": "300",
-                 "GATEWAY_STT_SPEECH_BATCH_MS": "60"},
-    # Every WebSocket message through uvicorn's queue, audio frames too (voicebot/gateway/ws_direct.py).
-    "asgi-frames": {"GATEWAY_WS_DIRECT_FRAMES": "false"},
-    # The brain's and TTS's calls opened at the endpoint, not at the speech's onset
-    # (voicebot/gateway/standby.py).
-    "no-standby": {"GATEWAY_STANDBY_CALLS": "false"},
-    "messages-per-frame": {"GATEWAY_STT_MAX_MESSAGE_BYTES": "1", "GATEWAY_OUTPUT_MESSAGE_MS": "20",
-                           "GATEWAY_REPLY_PHRASE_CHARS": "1"},
+    # No reply started on the speculative transcript (GATEWAY_PREEMPTIVE).
+    "no-preemptive": {"GATEWAY_PREEMPTIVE": "false"},
 }
 
 
@@ -274,7 +236,7 @@ async def microphones(sessions: list[Session], stop: asyncio.Event, late_ms: lis
 
 async def send_frame(ws, pcm: bytes) -> None:
     """A prepared frame straight to the socket; through the library when the connection has an
-    extension (``deflate``: that variant measures the gateway inflating what the client deflated)."""
+    extension (the gateway agrees to none, so that path is a safety net)."""
     prepared = PREPARED.get(pcm)
     if prepared is not None and not ws.protocol.extensions:
         if not ws.transport.is_closing():
@@ -738,7 +700,7 @@ def main() -> None:
     parser.add_argument("--load-rounds", type=int, default=1,
                         help="the variants take turns at each load level this many times each "
                              "(--seconds split between the rounds)")
-    parser.add_argument("--variants", type=lambda s: s.split(","), default=["tuned", "per-frame"],
+    parser.add_argument("--variants", type=lambda s: s.split(","), default=["tuned", "python-gc"],
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--max-sessions", type=int, default=200, help="GATEWAY_MAX_SESSIONS")
     parser.add_argument("--max-loop-lag-ms", type=float, default=0.0,

@@ -16,9 +16,12 @@ from starlette.websockets import WebSocketState
 
 from tests.fakes.speech_servers import sentence_events
 from voicebot.gateway.bargein import Action, BargeInDetector, Rules, spoken_words
-from voicebot.gateway.call import Call
+from voicebot.gateway.codec_v1 import V1Codec
 from voicebot.gateway.config import GatewaySettings
+from voicebot.gateway.conversation import Conversation
 from voicebot.gateway.protocol import SessionStart
+from voicebot.gateway.stt_link import DEFAULT_HOLDS, Holds
+from voicebot.gateway.transport import Transport
 from voicebot.gateway.turn import TurnTimings
 from voicebot.v1 import brain_pb2, stt_pb2, tts_pb2
 
@@ -290,10 +293,13 @@ class FakeUpstreams:
         await asyncio.Event().wait()
 
 
-def make_call(brain: FakeBrain, tts: FakeTts, **settings) -> tuple[Call, FakeWebSocket]:
+def make_call(brain: FakeBrain, tts: FakeTts, holds: Holds = DEFAULT_HOLDS,
+              **settings) -> tuple[Conversation, FakeWebSocket]:
+    """A conversation on protocol v1 over a fake socket, its session open."""
     ws = FakeWebSocket()
-    call = Call(ws, "alice", GatewaySettings(tokens="t=alice", playback_lead_ms=100, **settings),
-                FakeUpstreams(brain, tts), sessions=None)
+    config = GatewaySettings(tokens="t=alice", playback_lead_ms=100, **settings)
+    call = Conversation(Transport(ws, V1Codec(config)), "alice", config, FakeUpstreams(brain, tts),
+                        sessions=None, holds=holds)
     call.session, call.session_id = SessionStart(None, "en", RATE), "s_test"
     return call, ws
 
@@ -381,7 +387,7 @@ async def test_a_filler_while_the_bot_speaks_pauses_it_and_then_it_goes_on(toget
     await call.close()
 
 
-def written_together(call: Call) -> list[list[str]]:
+def written_together(call: Conversation) -> list[list[str]]:
     """Records what the call sends together (one write to the socket under the real server) as
     kinds; declines, so the fake socket still gets each message."""
     batches: list[list[str]] = []
@@ -390,7 +396,7 @@ def written_together(call: Call) -> list[list[str]]:
         batches.append(["audio" if isinstance(m, bytes) else json.loads(m)["type"] for m in messages])
         return False
 
-    call._send_together = together
+    call.out._together = together
     return batches
 
 
@@ -465,8 +471,8 @@ def _timings() -> TurnTimings:
 
 
 async def test_stt_audio_waits_for_a_message_only_while_nothing_but_an_onset_depends_on_it():
-    call, _ws = make_call(FakeBrain(think_s=0.1), FakeTts(audio_ms=300), stt_idle_batch_ms=100,
-                          stt_playback_batch_ms=60, stt_speech_batch_ms=40)
+    call, _ws = make_call(FakeBrain(think_s=0.1), FakeTts(audio_ms=300),
+                          holds=Holds(idle_ms=100, playback_ms=60, speech_ms=40))
     assert call._stt_hold_ms() == 100  # nothing happens
     await call._on_stt_event(speech_started(0, onset_ms=0))
     # An utterance is open: its loud frames may wait 40 ms (the link sends a quiet one at once).
@@ -479,7 +485,7 @@ async def test_stt_audio_waits_for_a_message_only_while_nothing_but_an_onset_dep
     await call._on_stt_event(speech_started(1, onset_ms=900))
     assert call._stt_hold_ms() == 40
     await call.close()
-    ungated, _ws = make_call(FakeBrain(), FakeTts(), stt_hold_until_rms=0, stt_speech_batch_ms=40)
+    ungated, _ws = make_call(FakeBrain(), FakeTts(), holds=Holds(speech_ms=40, loud_rms=0))
     await ungated._on_stt_event(speech_started(0, onset_ms=0))
     assert ungated._stt_hold_ms() == 0  # no loudness gate: nothing could end a hold on speech
     await ungated.close()

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 GATEWAY = Path(__file__).resolve().parents[2] / "voicebot" / "gateway"
+PACKAGE = "voicebot.gateway"
 
 
 def gateway_imports() -> dict[str, set[str]]:
@@ -14,12 +15,12 @@ def gateway_imports() -> dict[str, set[str]]:
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                if node.module == "voicebot.gateway":
+                if node.module == PACKAGE:
                     names |= {alias.name for alias in node.names}
-                elif node.module.startswith("voicebot.gateway."):
+                elif node.module.startswith(PACKAGE + "."):
                     names.add(node.module.split(".")[2])
             elif isinstance(node, ast.Import):
-                names |= {a.name.split(".")[2] for a in node.names if a.name.startswith("voicebot.gateway.")}
+                names |= {a.name.split(".")[2] for a in node.names if a.name.startswith(PACKAGE + ".")}
         graph[path.stem] = names
     return graph
 
@@ -45,3 +46,11 @@ def test_the_decision_modules_import_nothing_of_the_gateway():
     graph = gateway_imports()
     for leaf in ("bargein", "spoken", "phrases", "origin"):
         assert graph[leaf] == set(), f"gateway/{leaf}.py should stay a leaf: {graph[leaf]}"
+
+
+def test_the_codecs_know_no_conversation_and_the_conversation_no_codec_or_socket():
+    graph = gateway_imports()
+    for codec in ("codec_v1", "codec_realtime", "codec_twilio"):
+        assert not graph[codec] & {"conversation", "active_turn", "transport", "ws_direct"}, codec
+    wire = {"codec_v1", "codec_realtime", "codec_twilio", "transport", "ws_direct"}
+    assert not graph["conversation"] & wire

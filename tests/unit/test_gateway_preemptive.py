@@ -2,20 +2,20 @@
 
 The gateway's Call with scripted STT events and a fake brain that speaks Converse: its words
 come at once, its final only after the commit (as the real brain holds tools and history).
-Calls opened at the onset (voicebot/gateway/standby.py) are off here, so every Converse call is a
-preemptive one; tests/unit/test_gateway_standby.py has the two together.
+Calls opened at the onset (voicebot/gateway/standby.py) are stubbed out here, so every Converse
+call is a preemptive one; tests/unit/test_gateway_standby.py has the two together.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from tests.unit import test_bargein_logic
 from tests.unit.test_bargein_logic import (
     FakeBrain,
     FakeCall,
     FakeTts,
     end_of_utterance,
-    make_call,
     speech_started,
     transcript,
     until,
@@ -51,6 +51,13 @@ class ConverseBrain(FakeBrain):
         return call
 
 
+def make_call(brain, tts, **settings):
+    """A call whose utterances open no standby calls: every Converse call is a preemptive one."""
+    call, ws = test_bargein_logic.make_call(brain, tts, **settings)
+    call._open_standby = lambda _utterance: None
+    return call, ws
+
+
 async def speak(call, utterance: int, early_text: str, final_text: str) -> None:
     await call._on_stt_event(speech_started(utterance, onset_ms=1000))
     await call._on_stt_event(speculative(utterance, early_text))
@@ -67,7 +74,7 @@ def speculative(utterance: int, text: str):
 
 async def test_the_final_with_the_same_words_commits_the_reply_started_before_it():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts(), standby_calls=False)
+    call, ws = make_call(brain, FakeTts())
     await speak(call, 0, "When do you open?", "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())
     assert [r.text for r in brain.early] == ["When do you open?"] and brain.committed == ["When do you open?"]
@@ -79,7 +86,7 @@ async def test_the_final_with_the_same_words_commits_the_reply_started_before_it
 
 async def test_other_words_at_the_endpoint_discard_it_and_it_is_never_heard():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts(), standby_calls=False)
+    call, ws = make_call(brain, FakeTts())
     await speak(call, 0, "Do you have part?", "Do you have parking?")
     await until(lambda: "turn.metrics" in ws.kinds())
     assert brain.committed == [] and brain.calls[0].cancelled  # discarded
@@ -91,7 +98,7 @@ async def test_other_words_at_the_endpoint_discard_it_and_it_is_never_heard():
 
 async def test_a_new_speculative_decode_replaces_the_older_start():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts(), standby_calls=False)
+    call, ws = make_call(brain, FakeTts())
     await call._on_stt_event(speech_started(0, onset_ms=1000))
     await call._on_stt_event(speculative(0, "I would like"))
     await call._on_stt_event(speculative(0, "I would like a table."))
@@ -105,7 +112,7 @@ async def test_a_new_speculative_decode_replaces_the_older_start():
 
 async def test_no_start_while_the_bot_is_still_speaking():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts(audio_ms=3000), standby_calls=False)
+    call, ws = make_call(brain, FakeTts(audio_ms=3000))
     call._start_turn("Tell me about the menu", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
     await call._on_stt_event(speculative(0, "Wait, stop."))
@@ -115,7 +122,7 @@ async def test_no_start_while_the_bot_is_still_speaking():
 
 async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air():
     brain = ConverseBrain()
-    call, _ws = make_call(brain, FakeTts(), prefill_words=True, standby_calls=False)
+    call, _ws = make_call(brain, FakeTts(), prefill_words=True)
     await call._on_stt_event(speech_started(0, onset_ms=1000))
     await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
     await call._on_stt_event(transcript(0, "Do you have vegetarian", 1000, 1800, final=False))
@@ -128,7 +135,7 @@ async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air()
 
 async def test_no_prefill_while_the_bot_is_speaking():
     brain = ConverseBrain()
-    call, ws = make_call(brain, FakeTts(audio_ms=3000), prefill_words=True, standby_calls=False)
+    call, ws = make_call(brain, FakeTts(audio_ms=3000), prefill_words=True)
     call._start_turn("Tell me about the menu", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
     await call._on_stt_event(transcript(1, "Wait, what about", 5000, 5400, final=False))
@@ -139,7 +146,7 @@ async def test_no_prefill_while_the_bot_is_speaking():
 
 async def test_prefill_is_off_by_default():
     brain = ConverseBrain()
-    call, _ws = make_call(brain, FakeTts(), standby_calls=False)
+    call, _ws = make_call(brain, FakeTts())
     await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
     await asyncio.sleep(0.05)
     assert brain.prefills == []
@@ -159,7 +166,7 @@ def _timings():
 
 async def test_a_committed_turn_cancelled_before_its_task_ran_ends_the_early_call():
     brain = ConverseBrain()
-    call, _ws = make_call(brain, FakeTts(), standby_calls=False)
+    call, _ws = make_call(brain, FakeTts())
     await call._on_stt_event(speech_started(0, onset_ms=1000))
     await call._on_stt_event(speculative(0, "When do you open?"))
     await asyncio.sleep(0.05)

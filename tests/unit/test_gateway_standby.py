@@ -102,13 +102,13 @@ async def test_the_turns_request_goes_to_the_brain_before_the_client_hears_trans
     log: list[tuple[str, str]] = []
     brain = EagerBrain(log)
     call, ws = make_call(brain, FakeTts())
-    send_event = call.send_event
+    emit = call.emit
 
-    async def logged(kind: str, **fields) -> None:
-        log.append(("client", kind))
-        await send_event(kind, **fields)
+    async def logged(event) -> None:
+        log.append(("client", event.kind))
+        await emit(event)
 
-    call.send_event = logged
+    call.emit = logged
     await speak_up(call)
     await stop_speaking(call, "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())
@@ -184,18 +184,6 @@ async def test_a_preemptive_reply_keeps_its_own_brain_call_and_speaks_on_the_ope
     await call.close()
 
 
-async def test_off_every_turn_opens_its_calls_at_the_endpoint():
-    brain, tts = FakeBrain(), FakeTts()
-    call, ws = make_call(brain, tts, standby_calls=False)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
-    assert brain.opened == [] and tts.opened == []
-    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
-    await until(lambda: "turn.metrics" in ws.kinds())
-    assert brain.opened == [] and len(tts.opened) == 1  # Respond, and a stream opened then
-    assert [r.text for r in brain.requests] == ["When do you open?"]
-    await call.close()
-
-
 async def test_a_turn_on_calls_opened_ahead_still_gives_up_after_its_own_timeout():
     """The calls' deadlines run from the onset plus ``MAX_AGE_S``: the turn keeps its own bound."""
     brain, tts = FakeBrain(think_s=30), FakeTts()
@@ -262,14 +250,4 @@ async def test_a_typed_turn_while_the_caller_speaks_drops_the_read_ahead():
     await until(lambda: len(brain.requests) == 2 and "turn.metrics" in ws.kinds())
     assert [r.text for r in brain.requests] == ["Actually, make it three.", "At seven."]
     assert len(brain.prepared) == 1 and len(brain.opened) == 1  # the turn at the endpoint: a fresh call
-    await call.close()
-
-
-async def test_read_ahead_off_opens_the_calls_without_prepare():
-    brain, tts = FakeBrain(), FakeTts()
-    call, ws = make_call(brain, tts, session_read_ahead=False)
-    await say(call, 0, "When do you open?")
-    await until(lambda: "turn.metrics" in ws.kinds())
-    assert brain.prepared == [] and len(brain.opened) == 1  # the call opened at the onset, as before
-    assert [r.text for r in brain.requests] == ["When do you open?"]
     await call.close()

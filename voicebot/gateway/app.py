@@ -24,17 +24,19 @@ from voicebot.common.telemetry import setup_tracing, shutdown_tracing
 from voicebot.gateway import serving
 from voicebot.gateway.admission import Unauthenticated, UserSessions
 from voicebot.gateway.auth import TokenAuth
-from voicebot.gateway.call import Call
 from voicebot.gateway.capacity import Capacity, CpuUse, LoopLag
+from voicebot.gateway.codec_realtime import RealtimeCodec
+from voicebot.gateway.codec_twilio import BAD_INPUT_LOGS, TwilioCodec, read_start, secret_ok, twilio_enabled
+from voicebot.gateway.codec_v1 import V1Codec
 from voicebot.gateway.config import GatewaySettings
+from voicebot.gateway.conversation import Conversation
 from voicebot.gateway.fallback import FallbackVoice
 from voicebot.gateway.metrics import ADMISSION_REFUSALS
 from voicebot.gateway.origin import OriginPolicy
 from voicebot.gateway.protocol import ProtocolError, error_event
-from voicebot.gateway.realtime import RealtimeCall
 from voicebot.gateway.redis_memory import watch_redis_memory
 from voicebot.gateway.sessions import SessionRegistry
-from voicebot.gateway.twilio import BAD_INPUT_LOGS, TwilioCall, read_start, secret_ok, twilio_enabled
+from voicebot.gateway.transport import Codec, Transport
 from voicebot.gateway.upstreams import Upstreams
 from voicebot.gateway.ws_direct import DirectFramesProtocol
 
@@ -62,8 +64,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        state["upstreams"] = Upstreams(settings.stt_addr, settings.brain_addr, settings.tts_addr,
-                                       settings.grpc_client_interceptors)
+        state["upstreams"] = Upstreams(settings.stt_addr, settings.brain_addr, settings.tts_addr)
         state["redis"] = connect_redis(settings.redis_url.get_secret_value())
         state["sessions"] = SessionRegistry(state["redis"], settings.session_ttl_s)
         state["fallback"] = FallbackVoice(state["upstreams"].tts, settings.output_sample_rate)
@@ -93,10 +94,10 @@ def create_app(settings: GatewaySettings) -> Starlette:
         await ws.close(code=code, reason=reason)
 
     async def call_endpoint(ws: WebSocket) -> None:
-        await serve(ws, Call, auth.authenticate(ws))
+        await serve(ws, V1Codec(settings), auth.authenticate(ws))
 
     async def realtime_endpoint(ws: WebSocket) -> None:
-        await serve(ws, RealtimeCall, auth.authenticate(ws))
+        await serve(ws, RealtimeCodec(settings), auth.authenticate(ws))
 
     async def twilio_endpoint(ws: WebSocket) -> None:
         """Twilio sends no headers of ours: the secret comes in the URL (checked before anything
@@ -108,7 +109,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         user = settings.twilio_user_id if twilio_enabled(settings) else None
         in_url = ws.query_params.get("secret")
         if user is None or in_url is not None:
-            await serve(ws, TwilioCall, user if secret_ok(in_url, settings) else None)
+            await serve(ws, TwilioCodec(settings, in_url), user if secret_ok(in_url, settings) else None)
             return
         if not unauthenticated.enter():
             # Refused in the handshake (HTTP 503), not accepted and closed: a crowd reconnecting
@@ -124,9 +125,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
         if start is None:
             await refuse(ws, CLOSE_UNAUTHORIZED, "unauthorized")
             return
-        await serve(ws, TwilioCall, user, opening=(start,))
+        await serve(ws, TwilioCodec(settings), user, opening=(start,))
 
-    async def serve(ws: WebSocket, kind: type[Call], user_id: str | None,
+    async def serve(ws: WebSocket, codec: Codec, user_id: str | None,
                     opening: tuple[str, ...] = ()) -> None:
         if not origins.allows(ws.headers.get("origin"), ws.headers.get("host")):
             await refuse(ws, CLOSE_FORBIDDEN_ORIGIN, "origin not allowed")
@@ -147,18 +148,21 @@ def create_app(settings: GatewaySettings) -> Starlette:
                              ("overloaded", "this gateway is at capacity; try again shortly"))
                 return
             try:
-                await run_call(ws, kind, user_id, opening)
+                await run_call(ws, codec, user_id, opening)
             finally:
                 capacity.close()
         finally:
             users.close(user_id)
 
-    async def run_call(ws: WebSocket, kind: type[Call], user_id: str, opening: tuple[str, ...]) -> None:
+    async def run_call(ws: WebSocket, codec: Codec, user_id: str, opening: tuple[str, ...]) -> None:
+        """The conversation, its codec and the socket between them (transport.py)."""
         try:
             if ws.application_state == WebSocketState.CONNECTING:
                 await ws.accept()
-            await kind(ws, user_id, settings, state["upstreams"], state["sessions"],
-                       fallback=state["fallback"], capacity=capacity).run(opening)
+            transport = Transport(ws, codec)
+            conversation = Conversation(transport, user_id, settings, state["upstreams"], state["sessions"],
+                                        fallback=state["fallback"], capacity=capacity)
+            await transport.serve(conversation, opening)
         except ProtocolError as exc:  # a session the protocol starts itself could not be opened
             with contextlib.suppress(Exception):
                 await ws.close(code=CLOSE_TRY_AGAIN_LATER, reason=exc.message[:100])
@@ -223,8 +227,10 @@ def main() -> None:
         # Frames beyond this close the socket with 1009; smaller oversize frames get an error event.
         ws_max_size=settings.max_message_bytes * 4, log_config=None, access_log=False,
         lifespan="on",
-        ws_per_message_deflate=settings.ws_per_message_deflate,
-        ws=DirectFramesProtocol if settings.ws_direct_frames else "websockets-sansio",
+        # Off: PCM does not compress, and deflate costs CPU both ways (the bench's former
+        # ``deflate`` variant).
+        ws_per_message_deflate=False,
+        ws=DirectFramesProtocol,
     )
     server = uvicorn.Server(config)
 
@@ -238,7 +244,7 @@ def main() -> None:
             print(f"READY gateway http={port}", flush=True)
         await serve
 
-    serving.run(run(), settings.loop)
+    serving.run(run())
 
 
 if __name__ == "__main__":

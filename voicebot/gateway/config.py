@@ -32,94 +32,23 @@ class GatewaySettings(BaseSettings):
     output_sample_rate: int = 16000
     # How long a turn may wait on the brain before giving up.
     turn_timeout_s: float = 60.0
-    # Reply audio goes out in frames of this length, paced so that the client holds
-    # at most playback_lead_ms of unplayed audio (rides out jitter; an interrupt stops it soon).
-    output_frame_ms: int = 20
+    # The most unplayed reply audio the client holds: reply audio is paced so that the client
+    # is never more than this ahead (rides out network jitter; an interrupt's tail is at most this).
     playback_lead_ms: int = 300
-    # Frames go out in messages of up to this much audio; a full message waits until the client
-    # holds this much less than the lead, so the most it holds (what may play on after a pause)
-    # is unchanged (voicebot/gateway/playout.py). Equal to output_frame_ms: one message per frame.
-    output_message_ms: int = 100
-    # The brain's deltas are joined into phrases (at punctuation, or this many characters)
-    # before they go to TTS and to the client as reply.delta (voicebot/gateway/phrases.py).
-    reply_phrase_chars: int = 160
-    # ... except the reply's first words, which go on one by one until the first punctuation
-    # mark or this many words, so TTS can start a first piece at a word boundary
-    # (TTS_FIRST_CLAUSE_WORDS, TTS_FIRST_CLAUSE_MIN_WORDS). 0: phrases from the start.
+    # The reply's first words go to TTS one by one until the first punctuation mark or this many
+    # words, so TTS can start a first piece at a word boundary (match TTS_FIRST_CLAUSE_WORDS,
+    # TTS_FIRST_CLAUSE_MIN_WORDS); later text goes in phrases. 0: phrases from the start.
     reply_first_words: int = 8
     # Start the brain on the STT's speculative transcript (a short pause) and commit it when the
-    # final has the same words; held back, and discarded otherwise (voicebot/gateway/preemptive.py).
+    # final has the same words; discarded otherwise (voicebot/gateway/preemptive.py). Off saves the
+    # LLM work of the discarded starts at the price of the time between the pause and the endpoint.
     preemptive: bool = True
-    # Open the brain's and TTS's calls for an utterance's turn when its speech starts, so at the
-    # endpoint only messages move (voicebot/gateway/standby.py).
-    standby_calls: bool = True
-    # On that brain call, have the brain read the session then (``Prepare``) when none of this
-    # call's turns can still be writing it; the turn confirms the read before anything leaves
-    # (voicebot/brain/session_store.py ``ReadAhead``). Off for a brain older than ``Prepare``.
-    session_read_ahead: bool = True
     # Send each interim transcript to Brain.Prefill while the caller speaks (no reply in the air),
     # so the LLM server has the turn's prompt cached up to the last words (voicebot/gateway/prefill.py).
-    # Off by default: on two shared cores (make bench-v2v, 2026-12-01) the prefills competed
-    # with STT's interim decodes during speech, and a prefill batch still running at the
-    # endpoint (llama.cpp cannot stop it mid-batch) delayed the turn: p50 went up, not down. For
-    # an LLM with cores (or a GPU) of its own, where the caller's speech time is idle time.
+    # For an LLM with cores (or a GPU) of its own, where the caller's speech is idle time. Off by
+    # default: where the LLM shares cores with STT, prefills compete with STT's interim decodes,
+    # and a prefill batch still running at the endpoint (llama.cpp cannot stop it) delays the turn.
     prefill_words: bool = False
-    # Audio frames already waiting for the STT stream go out merged, up to this many bytes.
-    stt_max_message_bytes: int = 64_000
-    # Ask STT to send a final it already has at the endpoint inside the EndOfUtterance (one
-    # message instead of two: a gRPC stream's second message waits for the first to complete).
-    # An STT that does not know the field sends the final apart, which works the same.
-    stt_final_with_end: bool = True
-    # The same on the way out: ask TTS to start each sentence on its first audio chunk instead of
-    # a SentenceStarted message before it. A TTS that does not know the field sends it apart.
-    tts_sentence_with_audio: bool = True
-    # While no utterance is open and no reply is in flight, up to this much audio goes to STT per
-    # message (only quiet audio waits: a louder frame ends the hold, stt_hold_until_rms below);
-    # otherwise every frame goes at once. 0 = never hold.
-    # Since no onset waits on the hold (only audio quieter than -50 dBFS is held), its length costs
-    # no latency. 300, not 100: make bench-gateway (variant batch-100) at 200 sessions: 0.36 ->
-    # 0.26 STT messages per frame, turn p50 45 -> 29 ms (2026-12-02). 1000, not 300 (with
-    # stt_playback_batch_ms and stt_speech_batch_ms below; variant hold-300, --pin, 200 sessions,
-    # two runs, 2026-12-03): 0.15-0.24 -> 0.06 STT messages per frame, gateway 0.87-0.91 ->
-    # 0.78-0.81 cores, turn p99 579-2738 -> 94-123 ms (the old holds filled the core); make
-    # bench-bargein (16 trials) unchanged: confirmed 538.5 / 538.4 ms, client's interrupt 620.1 /
-    # 620.7, spoken turn's endpoint 322 / 322.
-    stt_idle_batch_ms: int = 1000
-    # The same while the bot's reply plays (its first audio was sent; no utterance open): a
-    # barge-in's pause waits on it only when the caller's first speech frame is quieter than
-    # stt_hold_until_rms (its confirmation and interrupt never do). make bench-bargein, client's
-    # first speech frame -> last reply frame, p50/p95 ms: 0 here 75/80, 100 with the gate 0/83,
-    # 100 without it 89/99 (2026-12-01, 8 trials each; the p50 flips between 0 and ~75 with the
-    # client's playback lead). 0.77 -> 0.49 STT messages per frame in make bench-gateway. At 300
-    # (2026-12-02, 8 trials each): 0/0 against 0/69 at 100, interrupt 601/622 against 601/621.
-    # At 1000 (2026-12-03, 16 trials each): 0/82 against 0/82 at 300.
-    stt_playback_batch_ms: int = 1000
-    # While audio is held (the two settings above), a frame at least this loud (RMS of PCM16;
-    # 100 is about -50 dBFS, far below speech, above digital silence and a quiet line) ends the
-    # hold at once and takes the held audio with it: only quiet audio is merged, and an onset
-    # louder than this waits on nothing. So does a frame 12 dB above the line's quietest in the
-    # last second (and above RMS 10): a soft voice on a quiet line. 0: a hold ends only when
-    # enough audio is waiting.
-    stt_hold_until_rms: int = 100
-    # While an utterance is open, loud frames may wait up to this long for one STT message; a
-    # quiet frame (below stt_hold_until_rms, or within 6 dB of the line's quietest in the last
-    # second) sends what waits at once, so the endpoint's silence, a pause for the speculative
-    # decode and a false start's end wait on nothing; partials and a barge-in's confirmation
-    # may come up to this much later (a barge-in's confirmation is counted in stream time: make
-    # bench-bargein measured the same 538 ms at 0, 60 and 120). 0 (or stt_hold_until_rms 0):
-    # every frame at once. 120, not 60, with the idle hold's 1000: see stt_idle_batch_ms.
-    stt_speech_batch_ms: int = 120
-    # permessage-deflate on the WebSocket: off, PCM does not compress and it costs CPU both ways.
-    ws_per_message_deflate: bool = False
-    # Audio frames handed to the call where the socket reads them, not through the ASGI queue
-    # (voicebot/gateway/ws_direct.py: no task switch and no pause of the socket per frame). false: every
-    # message through uvicorn's own protocol, as before (the bench's variant `asgi-frames`).
-    ws_direct_frames: bool = True
-    # Messages that go out together (a reply's audio.start and its first frame; a protocol's
-    # several messages for one event) in one write to the socket, not one each, where the
-    # server's protocol is the gateway's own (voicebot/gateway/ws_direct.py). false: one write each (the
-    # bench's variant `writes-apart`).
-    ws_send_together: bool = True
     # Concurrent sessions this process takes; more are refused (error `overloaded`, close 1013). 0 = no cap.
     max_sessions: int = 200
     # New sessions are refused too while the event loop wakes this late (the process gets less CPU
@@ -132,12 +61,6 @@ class GatewaySettings(BaseSettings):
     # (http(s)://localhost, 127.0.0.1, [::1], any port), "*" (any), or exact origins
     # (https://app.example.com). A connection without an Origin header (CLI, servers) is allowed.
     allowed_origins: str = "self,localhost"
-    # The internal token added to upstream calls by grpc.aio client interceptors (as before)
-    # instead of with each call's metadata: slower, every streamed message goes through the
-    # interceptor's wrapper (the bench's ``interceptor`` variant). For comparison only.
-    grpc_client_interceptors: bool = False
-    # The event loop: "uvloop" when it is installed, else asyncio's; "asyncio" forces asyncio's.
-    loop: str = "auto"
     # Speech while the bot talks pauses its audio at once; this much stream time since the
     # onset, with the utterance still open, confirms a barge-in (so does a partial
     # transcript with words). It includes the endpointer's closing silence

@@ -1,4 +1,4 @@
-"""WebSocket protocol v1 (DESIGN 4.1): parsing client messages, building server events.
+"""WebSocket protocol v1 (docs/protocols.md): parsing client messages, building server events.
 
 Every parse problem is a ``ProtocolError`` with one of the documented codes;
 the caller turns it into an ``error`` event and the session goes on.

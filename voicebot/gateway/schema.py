@@ -1,7 +1,8 @@
-"""Protocol v1 (DESIGN 4.1) as pydantic models, and the JSON Schema generated from them.
+"""Protocol v1 (docs/protocols.md) as pydantic models, and the JSON Schema generated from them.
 
-``voicebot/gateway/protocol.py`` parses client messages by hand (fast, with the documented error codes);
-these models are the contract: ``python -m voicebot.gateway.schema`` writes ``protocol-v1.schema.json``
+``voicebot/gateway/protocol.py`` parses client messages by hand (fast, with the documented error
+codes); these models are the contract: ``python -m voicebot.gateway.schema`` writes
+``voicebot/gateway/protocol-v1.schema.json``
 (a test fails when it is stale) and the integration tests validate every event the gateway sends.
 """
 

@@ -1,9 +1,9 @@
 """The brain's and TTS's calls for a turn, opened while the caller is still speaking.
 
 Opening a gRPC call costs more than a message on an open one: HTTP/2 headers, then on the
-server a new call accepted, its token checked, its handler started. On the bench's two-core
-machine (``make bench-gateway``) the brain's call took ~1.1 ms from the gateway's request to
-the servicer, and a message on an open stream ~0.4-0.6 ms. So when STT says speech started,
+server a new call accepted, its token checked, its handler started: ``make bench-gateway``
+measured a new call at about twice a message on an open stream, on the turn's critical path
+(its former ``no-standby`` variant). So when STT says speech started,
 the gateway opens the two calls the utterance's turn will need (``Brain.Converse`` and the
 TTS stream), each waiting for its first message; at the endpoint only messages move: the
 turn's request, committed at once, and its texts.
@@ -14,7 +14,6 @@ utterance opens its own. A turn takes it only while it is young enough for its d
 cover a whole turn after it (``MAX_AGE_S``) and both calls are still open (an upstream that
 restarted ended them, or one that is draining: ``IdleCalls`` in voicebot/common/grpc_server.py);
 otherwise the turn opens fresh calls as before. Cancelled with the call.
-``GATEWAY_STANDBY_CALLS=false`` turns it off (the bench's ``no-standby`` variant).
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ async def _requests_from(source: asyncio.Future[AsyncIterator[Any]], first: Any 
 async def committed_turn(request: brain_pb2.RespondRequest) -> AsyncIterator[brain_pb2.ConverseRequest]:
     """The turn at the endpoint on ``Brain.Converse``: started and committed at once, so the
     brain runs it as ``Respond`` would (brain/server.py). The start says so itself, and the
-    brain reads nothing more of the call (~7 % of its CPU a turn); the commit message behind it
+    brain reads nothing more of the call (a measurable share of its CPU a turn); the commit message behind it
     is for a brain older than that field, during a rolling upgrade."""
     yield brain_pb2.ConverseRequest(start=request, committed=True)
     yield brain_pb2.ConverseRequest(commit=brain_pb2.Commit())

@@ -1,7 +1,7 @@
 """A call's STT stream: frames merged per message, reopened with backoff, failures told once.
 
 Why merge: one gRPC message per 20 ms frame made per-frame gRPC work the gateway's largest
-cost (a profile at 50 sessions: ~46 % of its CPU). Frames that are already waiting when the
+cost (the largest share of its CPU in a loaded profile). Frames that are already waiting when the
 stream is ready for the next message go out as one message, so nothing waits for a merge
 (no added latency at the endpoint) and a busy gateway sends fewer, larger messages exactly
 when that matters.
@@ -46,6 +46,38 @@ from voicebot.v1 import stt_pb2
 
 log = logging.getLogger("gateway.stt")
 
+# Audio frames already waiting for the stream go out merged, up to this many bytes per message.
+# One message per frame (the bench's former ``messages-per-frame`` variant) made gRPC work per
+# frame the gateway's largest cost.
+MAX_MESSAGE_BYTES = 64_000
+
+
+@dataclass(frozen=True)
+class Holds:
+    """How long audio may wait for one STT message, by what the call is doing (the call picks
+    one per message, see the module's docstring).
+
+    ``idle_ms``: no utterance open and no reply in flight; ``playback_ms``: the reply plays (its
+    first audio was sent). Only audio quieter than ``loud_rms`` (RMS of PCM16; 100 is about -50
+    dBFS, below speech, above digital silence and a quiet line) is held, so no onset waits on
+    these holds and their length costs no latency: ``make bench-gateway`` measured fewer STT
+    messages per frame and less gateway CPU at a second than at 100 or 300 ms, and ``make
+    bench-bargein`` the same barge-in times at 0, 100, 300 and 1000 ms. Without the loudness
+    gate the bot's audio stopped up to a hold later after the caller spoke over it.
+    ``speech_ms``: an utterance is open; loud frames may wait this long and a quiet one sends
+    what waits at once, so the endpoint's silence waits on nothing; a barge-in's confirmation,
+    counted in stream time, measured the same at 0, 60 and 120 ms. ``loud_rms`` 0: no gate (and
+    no hold on speech, since nothing could end it)."""
+
+    idle_ms: int = 1000
+    playback_ms: int = 1000
+    speech_ms: int = 120
+    loud_rms: int = 100
+
+
+DEFAULT_HOLDS = Holds()
+
+
 # A stream that lived this long (or gave an event) was healthy: the backoff starts again.
 HEALTHY_AFTER_S = 2.0
 
@@ -68,7 +100,7 @@ class AudioOutbox:
     """Frames (with their arrival time) waiting for the stream, plus in-band utterance contexts.
 
     A frame's arrival time waits beside it in a deque of floats, not in a tuple with it: a
-    tuple per frame was half of what the gateway's young collections walked at 200 sessions.
+    tuple per frame was much of what the gateway's young collections walked under load.
 
     ``take`` returns everything that is waiting, audio merged up to ``max_bytes``; a context
     keeps its place in the order. With ``hold_bytes`` it first waits until that much audio is
@@ -192,7 +224,7 @@ class SttLink:
                  on_event: Callable[[stt_pb2.RecognizeEvent], Awaitable[None]],
                  on_ended: Callable[[], Awaitable[None]],
                  on_down: Callable[[grpc.StatusCode, str], Awaitable[None]],
-                 max_frames: int, max_message_bytes: int, replay_ms: int = 600,
+                 max_frames: int, max_message_bytes: int = MAX_MESSAGE_BYTES, replay_ms: int = 600,
                  hold_ms: Callable[[], int] = lambda: 0, loud_rms: int = 0,
                  speech_hold: Callable[[], bool] = lambda: False,
                  backoff: Backoff | None = None,
@@ -278,8 +310,8 @@ class SttLink:
         """When the frame holding ``stream_ms`` of this stream reached the gateway (now, if none has).
 
         Searched from the newest frame: the end of an utterance is a few hundred ms back, and
-        from the oldest it was a walk over up to a minute of frames per turn (2.6 % of a
-        pinned gateway's samples at 200 sessions)."""
+        from the oldest it was a walk over up to a minute of frames per turn, visible in a
+        loaded gateway's profile."""
         found = None
         for end_ms, arrived in zip(reversed(self._arrival_ends), reversed(self._arrival_times), strict=True):
             if end_ms < stream_ms:

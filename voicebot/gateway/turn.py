@@ -21,8 +21,9 @@ from typing import Any, Protocol
 import grpc
 
 from voicebot.common.telemetry import outgoing_metadata
+from voicebot.gateway.events import Event, ReplyDelta, ReplyDone
 from voicebot.gateway.metrics import STAGE_SECONDS
-from voicebot.gateway.phrases import PhraseCoalescer
+from voicebot.gateway.phrases import MAX_CHARS, PhraseCoalescer
 from voicebot.gateway.playout import Playout
 from voicebot.gateway.spoken import SpokenTracker
 from voicebot.gateway.standby import StandbyCalls
@@ -88,17 +89,17 @@ class TurnRequest:
 
 
 class TurnOutput(Protocol):
-    """Where a turn's events go (the WebSocket, through the Call)."""
+    """Where a turn's events go (the conversation's outlet, ``active_turn.TurnChannel``)."""
 
-    async def event(self, kind: str, **fields: Any) -> None:
-        """A text event of the turn (reply.delta, reply.done)."""
+    async def event(self, event: Event) -> None:
+        """A text event of the turn (ReplyDelta, ReplyDone)."""
 
     async def audio(self, frame: bytes, start: bool = False) -> bool:
         """One audio frame, led by ``audio.start`` when ``start`` (the two sent together); False
         when it was held back (the playout is paused): then neither went out."""
 
-    async def audio_event(self, kind: str) -> None:
-        """audio.end: dropped once the turn is interrupted."""
+    async def audio_end(self) -> None:
+        """AudioEnd: dropped once the turn is interrupted."""
 
 
 class TurnFailed(Exception):
@@ -110,14 +111,13 @@ class TurnFailed(Exception):
 
 
 class TurnRunner:
-    def __init__(self, upstreams, output: TurnOutput, timeout_s: float, phrase_chars: int = 160,
-                 first_words: int = 0, sentence_with_audio: bool = True) -> None:
+    def __init__(self, upstreams, output: TurnOutput, timeout_s: float, phrase_chars: int = MAX_CHARS,
+                 first_words: int = 0) -> None:
         self.upstreams = upstreams
         self.output = output
         self.timeout_s = timeout_s
         self.phrase_chars = phrase_chars
         self.first_words = first_words
-        self.sentence_with_audio = sentence_with_audio
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
                   playout: Playout, brain_call=None, standby: StandbyCalls | None = None,
@@ -145,7 +145,10 @@ class TurnRunner:
             yield tts_pb2.SynthesizeRequest(config=tts_pb2.SynthesisConfig(
                 session_id=req.session_id, turn_id=req.turn_id,
                 sample_rate=req.output_rate, language=req.language,
-                sentence_with_first_audio=self.sentence_with_audio,
+                # Each sentence starts on its first chunk, not in a message of its own before it:
+                # a gRPC stream's second message waits for the first. A TTS that does not know
+                # the field sends SentenceStarted apart, which reads the same.
+                sentence_with_first_audio=True,
             ))
             while (text := await texts.get()) is not None:
                 if timings.first_tts_text is None:
@@ -212,7 +215,7 @@ class TurnRunner:
                 reply.append(text)
                 texts.put_nowait(text)
                 await asyncio.sleep(0)  # TTS's request goes out first: the client's text can wait
-                await self.output.event("reply.delta", turn_id=turn_id, text=text)
+                await self.output.event(ReplyDelta(turn_id, text))
 
         try:
             async for event in _whole_reply(call, turn_id):
@@ -234,8 +237,8 @@ class TurnRunner:
             await send(phrases.flush())
         finally:
             await texts.put(None)
-        await self.output.event("reply.done", turn_id=turn_id,
-                                text=final_text if final_text is not None else "".join(reply).strip())
+        await self.output.event(ReplyDone(turn_id, final_text if final_text is not None
+                                          else "".join(reply).strip()))
 
     async def _pump_tts(self, call, turn_id: str, timings: TurnTimings, spoken: SpokenTracker,
                         playout: Playout) -> None:
@@ -280,7 +283,7 @@ class TurnRunner:
 
         await playout.run(send)
         if started and not playout.stopped:
-            await self.output.audio_event("audio.end")
+            await self.output.audio_end()
 
 
 async def _whole_reply(call, turn_id: str) -> AsyncIterator[brain_pb2.RespondEvent]:

@@ -1,8 +1,8 @@
 """gRPC channels to STT, brain and TTS, opened once per gateway process.
 
 Every call on them carries the internal token (voicebot.common.internal_auth): the stubs add
-it to each call's metadata (``TokenStub``). ``interceptors=True`` adds it with client
-interceptors instead, as the gateway did before (slower: the bench's ``interceptor`` variant).
+it to each call's metadata (``TokenStub``), not client interceptors, through whose wrapper every
+streamed message would go (slower in ``make bench-gateway``).
 """
 
 from __future__ import annotations
@@ -12,20 +12,15 @@ import asyncio
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from voicebot.common.internal_auth import TokenStub, internal_channel, internal_token, plain_channel
+from voicebot.common.internal_auth import TokenStub, internal_token, plain_channel
 from voicebot.v1 import brain_pb2_grpc, stt_pb2_grpc, tts_pb2_grpc
 
 
 class Upstreams:
-    def __init__(self, stt_addr: str, brain_addr: str, tts_addr: str, interceptors: bool = False) -> None:
+    def __init__(self, stt_addr: str, brain_addr: str, tts_addr: str) -> None:
         self.addresses = {"stt": stt_addr, "brain": brain_addr, "tts": tts_addr}
         token = internal_token()  # InternalAuthError at start when it is missing
-        if interceptors:
-            self.channels = {name: internal_channel(addr, token=token or "")
-                             for name, addr in self.addresses.items()}
-            token = None  # the channels add it
-        else:
-            self.channels = {name: plain_channel(addr) for name, addr in self.addresses.items()}
+        self.channels = {name: plain_channel(addr) for name, addr in self.addresses.items()}
         self.stt = TokenStub(stt_pb2_grpc.SpeechToTextStub(self.channels["stt"]), token)
         self.brain = TokenStub(brain_pb2_grpc.BrainStub(self.channels["brain"]), token)
         self.tts = TokenStub(tts_pb2_grpc.TextToSpeechStub(self.channels["tts"]), token)

@@ -2,8 +2,8 @@
 
 uvicorn's WebSocket protocol gives each message to the app through an ``asyncio.Queue``: it
 pauses reading the socket, wakes the app's task, and resumes reading once the app has taken
-the message (two changes to the poller and a task switch per 20 ms audio frame, ~11 µs of the
-gateway's ~60 µs per frame at 200 sessions). Here a call may
+the message (two changes to the poller and a task switch per 20 ms audio frame, a sizeable
+share of the gateway's work per frame). Here a conversation may
 register a *frame sink*: a plain function that takes a binary message and says whether it
 handled it. While the app waits for its next message and none is queued, a binary message
 goes to the sink inside ``data_received``, so the order of messages is the same as through the

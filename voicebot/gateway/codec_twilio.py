@@ -1,8 +1,8 @@
-"""``/v1/twilio``: a Twilio Media Streams bridge (bidirectional ``<Connect><Stream>``).
+"""``/v1/twilio``: a Twilio Media Streams bridge (bidirectional ``<Connect><Stream>``) as a codec.
 
-Like ``voicebot/gateway/realtime.py``, an adapter on ``Call``: Twilio's ``media`` payloads (base64 μ-law
-8 kHz) become the caller's audio, the turns' audio goes back as ``media`` messages in μ-law, each
-followed by a ``mark`` naming the turn and how far into it that message ends. Twilio echoes a
+Twilio's ``media`` payloads (base64 μ-law 8 kHz) decode into the caller's audio; the turns'
+audio goes back as ``media`` messages in μ-law, each followed by a ``mark`` naming the turn and
+how far into it that message ends. Twilio echoes a
 mark once the caller has heard the audio before it, so marks are the client's playback report
 (what was heard, for the record the brain gets). A barge-in sends ``clear`` (Twilio drops what it
 buffered and returns the remaining marks at once: those are ignored, they were never heard).
@@ -27,10 +27,23 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from voicebot.gateway.admission import LogBudget
-from voicebot.gateway.call import Call
 from voicebot.gateway.config import GatewaySettings
+from voicebot.gateway.events import (
+    Audio,
+    AudioFrame,
+    Close,
+    End,
+    Error,
+    Event,
+    Input,
+    Interrupted,
+    Played,
+    Reply,
+    SessionStarted,
+    Start,
+)
 from voicebot.gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
-from voicebot.gateway.metrics import ADMISSION_REFUSALS, CLIENT_ERRORS
+from voicebot.gateway.metrics import ADMISSION_REFUSALS
 from voicebot.gateway.protocol import SessionStart
 
 log = logging.getLogger("voicebot.gateway.twilio")
@@ -92,117 +105,116 @@ async def read_start(ws: WebSocket, settings: GatewaySettings) -> str | None:
     return None
 
 
-class TwilioCall(Call):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.output_rate = RATE
+class TwilioCodec:
+    binary_audio = False  # Twilio sends JSON text only
+    output_rate = RATE
+
+    def __init__(self, settings: GatewaySettings, url_secret: str | None = None) -> None:
+        self.settings, self.url_secret = settings, url_secret
+        self.started = False
         self.stream_sid: str | None = None
         self.call_sid: str | None = None
         # The start message's customParameters, less the secret: the call's metadata.
         self.context: dict[str, str] = {}
         self._cleared: set[str] = set()  # turns a `clear` ended: their returned marks were not heard
 
-    async def _on_text(self, raw: str) -> bool:
+    def opening(self) -> list[SessionStart]:
+        return []  # the session opens at Twilio's `start`
+
+    # ---- decoding ------------------------------------------------------
+    def decode_text(self, raw: str) -> list[Input]:
         try:
             message = json.loads(raw)
         except (json.JSONDecodeError, RecursionError):
             return self._bad("not JSON")
         kind = message.get("event") if isinstance(message, dict) else None
         if kind == "connected" or kind == "dtmf":
-            return True
+            return []
         if kind == "start":
-            return await self._on_start(message)
+            return self._start(message)
         if kind == "stop":
-            return False
-        if self.session is None:
+            return [End()]
+        if not self.started:
             return self._bad(f"{kind!r} before start")
         if kind == "media":
-            await self._on_media(message)
-        elif kind == "mark":
-            self._on_mark(message)
-        else:
-            self._bad(f"unknown event {kind!r}")
-        return True
+            return self._media(message)
+        if kind == "mark":
+            return self._mark(message)
+        return self._bad(f"unknown event {kind!r}")
 
-    def _bad(self, why: str) -> bool:
+    def decode_bytes(self, _data: bytes) -> list[Input]:
+        return self._bad("binary frame")
+
+    def _bad(self, why: str) -> list[Input]:
         """Twilio has no message for bad input: it is counted (and logged, within the process's
         budget: a flood of it must not flood the logs), and the call goes on."""
-        CLIENT_ERRORS.labels("bad_request").inc()
         if BAD_INPUT_LOGS.allow():
             log.warning("bad twilio message", extra={"detail": why[:200], "stream_sid": self.stream_sid})
-        return True
+        return [Reply((), error="bad_request")]
 
-    async def _on_start(self, message: dict[str, Any]) -> bool:
+    def _start(self, message: dict[str, Any]) -> list[Input]:
         start = message.get("start")
-        if not isinstance(start, dict) or self.session is not None:
+        if not isinstance(start, dict) or self.started:
             return self._bad("start without a start object, or a second start")
         params = start.get("customParameters") if isinstance(start.get("customParameters"), dict) else {}
-        if not secret_ok(self.ws.query_params.get("secret") or params.get("secret"), self.settings):
-            await self.ws.close(code=CLOSE_UNAUTHORIZED, reason="unauthorized")
-            return False
+        if not secret_ok(self.url_secret or params.get("secret"), self.settings):
+            return [Close(CLOSE_UNAUTHORIZED, "unauthorized")]
+        out: list[Input] = []
         fmt = start.get("mediaFormat") if isinstance(start.get("mediaFormat"), dict) else {}
         if (fmt.get("encoding", "audio/x-mulaw"), fmt.get("sampleRate", RATE)) != ("audio/x-mulaw", RATE):
-            self._bad(f"media format {fmt} (expected audio/x-mulaw at 8000 Hz)")
+            out += self._bad(f"media format {fmt} (expected audio/x-mulaw at 8000 Hz)")
+        self.started = True
         self.stream_sid = start.get("streamSid") or message.get("streamSid")
         self.call_sid = start.get("callSid")
         self.context = {str(k)[:200]: str(v)[:200] for k, v in list(params.items())[:20] if k != "secret"}
-        self.session_context = self.context  # reaches the brain with every turn, as data
         language = self.context.get("language", "en")
         language = language if 2 <= len(language) <= 8 else "en"
-        await self._start_session(SessionStart(None, language, RATE))
-        # The custom parameters are the caller's data: redacted by the log formatter unless an
-        # operator turns VOICEBOT_LOG_CONTENT on.
-        log.info("twilio call started", extra={"stream_sid": self.stream_sid, "call_sid": self.call_sid,
-                                               "session_id": self.session_id,
-                                               "context": self.context})
-        return True
+        # The context reaches the brain with every turn, as data.
+        return [*out, Start(SessionStart(None, language, RATE), dict(self.context))]
 
-    async def _on_media(self, message: dict[str, Any]) -> None:
+    def _media(self, message: dict[str, Any]) -> list[Input]:
         media = message.get("media")
         payload = media.get("payload") if isinstance(media, dict) else None
         if not isinstance(payload, str):
-            self._bad("media without a payload")
-            return
+            return self._bad("media without a payload")
         if media.get("track", "inbound") != "inbound":
-            return  # an outbound track echoed back: the bot's own voice is not the caller's
+            return []  # an outbound track echoed back: the bot's own voice is not the caller's
         try:
             data = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError):
-            self._bad("media payload is not base64")
-            return
-        await super()._on_audio(ulaw_to_pcm16(data))
+            return self._bad("media payload is not base64")
+        return [Audio(ulaw_to_pcm16(data))]
 
-    def _on_mark(self, message: dict[str, Any]) -> None:
+    def _mark(self, message: dict[str, Any]) -> list[Input]:
         mark = message.get("mark")
         name = mark.get("name") if isinstance(mark, dict) else None
         turn_id, _, ms = name.rpartition(":") if isinstance(name, str) else ("", "", "")
         if not turn_id or not ms.isdigit():
-            self._bad(f"mark {name!r} is not one of ours")
-            return
-        turn = self.turn
-        live = turn is not None and turn.turn_id == turn_id and not turn.interrupted
-        if live and turn_id not in self._cleared:
-            self.played(turn, int(ms))
+            return self._bad(f"mark {name!r} is not one of ours")
+        if turn_id in self._cleared:
+            return []  # returned by a `clear`: never heard
+        return [Played(turn_id, int(ms))]
 
-    async def _on_audio(self, data: bytes) -> None:
-        self._bad("binary frame")
-
-    # ---- the wire ------------------------------------------------------
-    def wire_event(self, kind: str, fields: dict[str, Any]) -> list[str]:
-        if kind == "interrupt" and self.stream_sid:
-            self._cleared.add(fields["turn_id"])
+    # ---- encoding ------------------------------------------------------
+    def encode(self, ev: Event) -> list[str | bytes]:
+        if isinstance(ev, AudioFrame):
+            return self._audio(ev)
+        if isinstance(ev, Interrupted) and self.stream_sid:
+            self._cleared.add(ev.turn_id)
             return [json.dumps({"event": "clear", "streamSid": self.stream_sid})]
+        if isinstance(ev, Error):
+            log.info("error not sent to twilio", extra={"code": ev.code, "detail": ev.message})
+        elif isinstance(ev, SessionStarted):
+            # The custom parameters are the caller's data: redacted by the log formatter unless
+            # an operator turns VOICEBOT_LOG_CONTENT on.
+            log.info("twilio call started", extra={"stream_sid": self.stream_sid, "call_sid": self.call_sid,
+                                                   "session_id": ev.session_id, "context": self.context})
         return []  # the phone hears audio only; text events stay in the gateway's logs
 
-    def wire_audio(self, turn_id: str, frame: bytes) -> tuple[list[str] | None, bytes | None]:
-        turn = self.turn
+    def _audio(self, ev: AudioFrame) -> list[str | bytes]:
         # How far into the turn this message ends: the mark Twilio returns once it was played.
-        end_ms = round((turn.spoken.sent_ms if turn else 0) + len(frame) * 1000 / (2 * RATE))
+        end_ms = round(ev.offset_ms + len(ev.pcm) * 1000 / (2 * RATE))
         media = {"event": "media", "streamSid": self.stream_sid,
-                 "media": {"payload": base64.b64encode(pcm16_to_ulaw(frame)).decode()}}
-        mark = {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": f"{turn_id}:{end_ms}"}}
-        return [json.dumps(media), json.dumps(mark)], None
-
-    def wire_error(self, code: str, message: str) -> None:
-        log.info("error not sent to twilio", extra={"code": code, "detail": message})
-        return None
+                 "media": {"payload": base64.b64encode(pcm16_to_ulaw(ev.pcm)).decode()}}
+        mark = {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": f"{ev.turn_id}:{end_ms}"}}
+        return [json.dumps(media), json.dumps(mark)]

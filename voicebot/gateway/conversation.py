@@ -1,41 +1,61 @@
-"""One WebSocket connection: protocol handling, the STT stream, turns, barge-in.
+"""A session's conversation: the STT stream, turns, barge-in, playout; no socket, no wire format.
 
-Client messages are handled one at a time; STT events and turns run in their own tasks. A new
-turn always interrupts the one in flight. The decisions live in pure modules: barge-in in
-``voicebot/gateway/bargein.py`` (why it pauses first and confirms later is explained there), what was
-heard in ``spoken.py``, the STT stream's merging and backoff in ``stt_link.py``;
-this class applies them to the socket and the turn tasks.
+Inputs come decoded (``events.py``: audio, a typed turn, a playback report...) and events go
+out through an ``Outlet`` (the transport, which encodes them with the session's codec). Inputs
+are handled one at a time; STT events and turns run in their own tasks. A new turn always
+interrupts the one in flight. The decisions live in pure modules: barge-in in ``bargein.py``
+(why it pauses first and confirms later is explained there), what was heard in ``spoken.py``,
+the STT stream's merging and backoff in ``stt_link.py``; this class applies them to the turns.
 
 A new turn never replays the interrupted one: its audio comes from a new TTS call, and a
 turn's frames are checked under the send lock against its ``interrupted`` flag, so no frame of
 it follows its ``interrupt``. Every failure is heard: an upstream that fails mid-turn gets an
-``error`` event and then a fallback sentence on the same turn (``voicebot/gateway/fallback.py``).
+``error`` event and then a fallback sentence on the same turn (``fallback.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from opentelemetry import trace
 from redis.exceptions import OutOfMemoryError, RedisError
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
 from voicebot.common.metrics import REDIS_ERRORS
 from voicebot.common.telemetry import ids, outgoing_metadata, record_content, trace_id_hex, tracer
-from voicebot.gateway import ws_direct
+from voicebot.gateway.active_turn import ActiveTurn, Outlet, TurnChannel, TurnStart
 from voicebot.gateway.admission import TokenBucket
 from voicebot.gateway.bargein import Action, BargeInDetector, Decision, Pending, Rules, has_words
 from voicebot.gateway.capacity import Capacity
 from voicebot.gateway.config import GatewaySettings
+from voicebot.gateway.events import (
+    Audio,
+    Cancel,
+    Commit,
+    Configure,
+    End,
+    Error,
+    Event,
+    Hangup,
+    Input,
+    Interrupted,
+    Played,
+    ReplyCancelled,
+    Say,
+    SessionStarted,
+    Speech,
+    Start,
+    TranscriptFinal,
+    TranscriptPartial,
+    Truncated,
+    TurnMetrics,
+    TurnOver,
+)
 from voicebot.gateway.fallback import FallbackVoice, chime
 from voicebot.gateway.metrics import (
     BARGE_IN_FALSE_STARTS,
@@ -47,23 +67,14 @@ from voicebot.gateway.metrics import (
     TURNS,
     TURNS_RATE_LIMITED,
 )
-from voicebot.gateway.playout import Playout
+from voicebot.gateway.playout import FRAME_MS, MESSAGE_MS, Playout
 from voicebot.gateway.preemptive import EarlyReply
 from voicebot.gateway.prefill import WordsPrefiller
-from voicebot.gateway.protocol import (
-    InputText,
-    PlaybackPosition,
-    ProtocolError,
-    SessionEnd,
-    SessionStart,
-    error_event,
-    event,
-    parse_client_text,
-)
+from voicebot.gateway.protocol import ProtocolError, SessionStart
 from voicebot.gateway.sessions import SessionRegistry
 from voicebot.gateway.spoken import SpokenTracker
 from voicebot.gateway.standby import StandbyCalls
-from voicebot.gateway.stt_link import SttLink
+from voicebot.gateway.stt_link import DEFAULT_HOLDS, Holds, SttLink
 from voicebot.gateway.turn import TurnFailed, TurnRequest, TurnRunner, TurnTimings, cancel_task
 from voicebot.gateway.upstreams import Upstreams
 from voicebot.v1 import brain_pb2, stt_pb2
@@ -73,139 +84,35 @@ TRACER = tracer("voicebot.gateway")
 CLOSE_IDLE = 4408  # like HTTP 408: nothing came from the client for GATEWAY_IDLE_TIMEOUT_S
 
 
-@dataclass
-class ActiveTurn:
-    turn_id: str
-    text: str
-    transcribed: bool
-    spoken: SpokenTracker
-    playout: Playout
-    task: asyncio.Task | None = None
-    # The client's last playback.position: played_ms at perf_counter() time.
-    played_ms: int | None = None
-    played_at: float = 0.0
-    played_stopped: bool = False  # the client stopped playback at played_ms (a truncate)
-    announced: bool = False  # audio.start went out
-    interrupted: bool = False
-    timings: TurnTimings | None = None  # a turn through the brain (not a fallback's)
-    # A session that asked for text only: the reply's text as it went to the client (None: voice).
-    delivered: list[str] | None = None
-    outcome: str = ""  # "completed" or "error" once the turn ended by itself
-    # What was heard, fixed when the turn was cut off (the client stopped playing then).
-    record: brain_pb2.SpokenPart | None = None
+class Outcome(enum.Enum):
+    """What became of an input: done, refused (its ``refused`` frames go back), or the end."""
 
-    def heard_ms_reported(self, now: float) -> float | None:
-        """The client's position now: its report plus the time since, while it had audio."""
-        if self.played_ms is None:
-            return None
-        if self.played_stopped:
-            return self.played_ms
-        return self.played_ms + (now - self.played_at) * 1000
-
-    def report(self, now: float, slack_ms: float) -> brain_pb2.SpokenPart | None:
-        """What the person heard of this reply, for the brain: the audio played (the client's own
-        position where it reports one, else what was sent less what it still buffers), or the
-        text delivered to a text-only session. ``interrupted`` whenever that is not the whole
-        reply (a barge-in, a failure, a sentence TTS could not speak); the brain then keeps only
-        the heard part, and a read-back counts as heard only from the words reported here."""
-        if not self.text:
-            return None  # a fallback with no turn around it answers nothing
-        if self.record is not None:
-            return self.record
-        if self.delivered is not None:
-            heard, whole = "".join(self.delivered).strip(), True
-        else:
-            played = self.heard_ms_reported(now)
-            heard = self.spoken.spoken_text(played, now)
-            whole = self.spoken.heard_all(played, now, slack_ms)
-        whole = whole and self.outcome == "completed" and not self.interrupted
-        return brain_pb2.SpokenPart(turn_id=self.turn_id, text=heard, interrupted=not whole,
-                                    user_text="" if whole else self.text)
-
-    def audible(self, now: float) -> bool:
-        """The reply is being made or heard (and was not interrupted)."""
-        if self.interrupted or self.task is None:
-            return False
-        return not self.task.done() or self.spoken.playing(now)
+    DONE = "done"
+    REFUSED = "refused"
+    END = "end"
 
 
-@dataclass
-class TurnStart:
-    """The calls a turn begins with: a reply started before the endpoint (preemptive.py), the
-    calls opened at the onset (standby.py)."""
+class Conversation:
+    """One session's conversation, whatever the wire: inputs in (``handle``, ``audio_now``),
+    events out (``out.emit``)."""
 
-    early: EarlyReply | None = None
-    standby: StandbyCalls | None = None
-
-    def release(self, _task: asyncio.Task | None = None) -> None:
-        """The turn's task ended: these calls end too, even if the task never ran (cancelled
-        before its first step, it runs no ``finally``); a call that is over stays as it is.
-        A brain call the turn did make is ended by the turn itself (``TurnRunner.run``)."""
-        if self.standby is not None:
-            self.standby.cancel()
-        if self.early is not None:
-            self.early.call.cancel()
-
-
-class TurnChannel:
-    """A turn's output: its audio goes out only while it is the live, unpaused turn."""
-
-    def __init__(self, call: Call, turn: ActiveTurn) -> None:
-        self.call, self.turn = call, turn
-
-    def _live(self) -> bool:
-        return not self.turn.interrupted and self.call.turn is self.turn
-
-    async def event(self, kind: str, **fields: Any) -> None:
-        if kind == "reply.delta" and self.turn.delivered is not None:
-            self.turn.delivered.append(fields["text"])  # a text-only session reads what it was sent
-        await self.call.send_event(kind, **fields)
-
-    async def audio(self, frame: bytes, start: bool = False) -> bool:
-        # Checked under the send lock: once `interrupt` is out, no frame of the turn follows,
-        # and once the playout is paused, none until it resumes.
-        sent = await self.call._send(build=lambda: self._audio_messages(frame, start),
-                                     still_valid=lambda: self._live() and not self.turn.playout.paused)
-        return sent or not self._live()  # not live: the playout is stopped, the frame is moot
-
-    def _audio_messages(self, frame: bytes, start: bool) -> list[str | bytes]:
-        """The frame's messages, after ``audio.start`` when it starts the turn's audio (not when a
-        fallback after part of the reply continues it): one write, one read for the client."""
-        messages: list[str | bytes] = []
-        if start and not self.turn.announced:
-            messages += self.call.wire_event("audio.start", {"turn_id": self.turn.turn_id})
-            self.turn.announced = True
-        texts, data = self.call.wire_audio(self.turn.turn_id, frame)
-        return [*messages, *(texts or ()), *(() if data is None else (data,))]
-
-    async def audio_event(self, kind: str) -> None:
-        await self.call._send(texts=self.call.wire_event(kind, {"turn_id": self.turn.turn_id}),
-                              still_valid=self._live)
-
-
-class Call:
-    """Protocol v1 on the wire. Another wire protocol (realtime.py, twilio.py) is a
-    subclass that overrides the ``wire_*`` encoders and the message handlers; the turns, the STT
-    stream and barge-in stay here, shared."""
-
-    def __init__(self, ws: WebSocket, user_id: str, settings: GatewaySettings,
+    def __init__(self, out: Outlet, user_id: str, settings: GatewaySettings,
                  upstreams: Upstreams, sessions: SessionRegistry, fallback: FallbackVoice | None = None,
-                 capacity: Capacity | None = None) -> None:
-        self.ws = ws
+                 capacity: Capacity | None = None, holds: Holds = DEFAULT_HOLDS) -> None:
+        self.out = out
         self.user_id = user_id
         self.settings = settings
         self.upstreams = upstreams
         self.sessions = sessions
         self.fallback = fallback
         self.capacity = capacity
+        self.holds = holds  # how long audio may wait for an STT message (stt_link.py)
         self.session: SessionStart | None = None
         self.session_id: str | None = None
         self.turn: ActiveTurn | None = None
         # The turn whose report (what was heard of it) the next brain request carries.
         self._reported: ActiveTurn | None = None
         self.text_only = False  # the session asked for text replies only: no TTS, no audio
-        self._send_lock = asyncio.Lock()
-        self._send_together: ws_direct.SendTogether | None = None  # set in run() where the server has it
         self._stt: SttLink | None = None
         self._pending_timings: TurnTimings | None = None
         # Root `turn` spans opened at speech onset, by utterance, until a turn takes them.
@@ -224,7 +131,7 @@ class Call:
         self.session_context: dict[str, str] = {}
         self._rate_limited_at = 0.0
         self._utterance_open = False  # SpeechStarted came and its final has not
-        # The rate of the audio sent to this client (a wire protocol may fix its own).
+        # The rate of the audio sent to this client (a codec may fix its own).
         self.output_rate = settings.output_sample_rate
         # Turns recently played, by id: a late report of what was heard still reaches them.
         self._recent: dict[str, ActiveTurn] = {}
@@ -238,93 +145,96 @@ class Call:
         """The report of the last reply, made when a request takes it (its audio has played by
         then, or the turn was cut off and its record fixed)."""
         turn = self._reported
-        return None if turn is None else turn.report(time.perf_counter(), self.settings.output_frame_ms)
-
-    # ---- the wire (protocol v1; overridden by other protocols) ---------
-    def wire_event(self, kind: str, fields: dict[str, Any]) -> list[str]:
-        """The text messages that carry one v1 event (another protocol may need 0 or several)."""
-        return [event(kind, **fields)]
-
-    def wire_audio(self, turn_id: str, frame: bytes) -> tuple[list[str] | None, bytes | None]:
-        """One reply audio message: (text messages, None) or (None, binary)."""
-        return None, frame
-
-    def wire_error(self, code: str, message: str) -> str | None:
-        return error_event(code, message)
-
-    async def on_speech(self, started: bool, stream_ms: int) -> None:
-        """Speech started / the utterance ended (v1 sends nothing for these)."""
-
-    async def on_turn_over(self, turn: ActiveTurn, outcome: str) -> None:
-        """A turn finished on its own ("completed" or "error"); not called when it is cancelled."""
+        return None if turn is None else turn.report(time.perf_counter(), FRAME_MS)
 
     # ---- sending -------------------------------------------------------
-    async def send_event(self, kind: str, **fields) -> None:
-        await self._send(texts=self.wire_event(kind, fields))
+    async def emit(self, event: Event) -> None:
+        await self.out.emit((event,))
 
-    async def send_error(self, code: str, message: str) -> None:
+    async def send_error(self, code: str, message: str, in_turn: bool = True) -> None:
+        """An error event; ``in_turn``: it fails the live turn (a codec may end that turn's reply
+        as failed), not so a refusal of new input."""
         CLIENT_ERRORS.labels(code).inc()
-        text = self.wire_error(code, message)
-        if text is not None:
-            await self._send(text=text)
+        turn = self.turn
+        await self.emit(Error(code, message, turn.turn_id if in_turn and turn is not None else None))
 
-    async def _send(self, text: str | None = None, still_valid=lambda: True, texts: list[str] | None = None,
-                    build: Callable[[], list[str | bytes]] | None = None) -> bool:
-        """False only when ``still_valid()`` said no (a closed socket swallows the message).
-        ``texts`` (or ``text``) go out together, under one hold of the lock (no other task's
-        message between) and in one write where the protocol can. ``build`` makes the messages
-        instead, once ``still_valid()`` said yes: for encoders that change the call's state (a
-        wire protocol that opens a response with its first message)."""
-        if self.ws.application_state != WebSocketState.CONNECTED:
-            return True
-        async with self._send_lock:
-            if not still_valid():
-                return False
-            if build is not None:
-                messages: list[str | bytes] = build()
-            elif texts is not None:
-                messages = list(texts)
-            else:
-                messages = [] if text is None else [text]
-            if len(messages) > 1 and self._send_together is not None and self._send_together(messages):
-                return True
-            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                for message in messages:
-                    if isinstance(message, bytes):
-                        await self.ws.send_bytes(message)
-                    else:
-                        await self.ws.send_text(message)
-        return True
-
-    # ---- receiving -----------------------------------------------------
-    async def run(self, opening: Sequence[str] = ()) -> None:
-        """Serve the socket until it closes; ``opening``: text messages already read from it
-        (a Twilio stream's ``start``, read before the call was admitted)."""
-        # Audio frames handled where they arrive, when the protocol can (voicebot/gateway/ws_direct.py);
-        # a wire protocol with its own audio handling keeps every message on the awaited path.
-        direct = self.settings.ws_direct_frames and type(self)._on_audio is Call._on_audio
-        ws_direct.register(self.ws.scope, self._audio_now if direct else None)
-        if self.settings.ws_send_together:
-            self._send_together = ws_direct.send_together(self.ws.scope)
-        self._arm_idle(self.settings.idle_timeout_s)
+    # ---- inputs --------------------------------------------------------
+    async def handle(self, item: Input) -> Outcome:
+        """One decoded input; a ``ProtocolError`` becomes an error event and the session goes on."""
         try:
-            for text in opening:
-                if not await self._on_text(text):
-                    return
-            while True:
-                message = await self.ws.receive()
-                self._input_at = time.perf_counter()
-                if message["type"] == "websocket.disconnect":
-                    return
-                if message.get("bytes") is not None:
-                    await self._on_audio(message["bytes"])
-                elif message.get("text") is not None:
-                    if not await self._on_text(message["text"]):
-                        return
-        finally:
-            ws_direct.register(self.ws.scope, None)  # the protocol no longer holds the call
-            self._send_together = None  # nor the call the protocol
-            await self.close()
+            return await self._handle(item)
+        except ProtocolError as exc:
+            await self.send_error(exc.code, exc.message)
+            return Outcome.DONE
+
+    async def _handle(self, item: Input) -> Outcome:
+        if isinstance(item, Start):
+            if item.context:
+                self.session_context = dict(item.context)
+            await self.start_session(item.session)
+        elif isinstance(item, Audio):
+            await self._on_audio(item.pcm)
+        elif self.session is None:
+            raise ProtocolError("bad_request", "send session.start first")
+        elif isinstance(item, End):
+            return Outcome.END
+        elif isinstance(item, Say):
+            await self._typed_turn(item.text)
+        elif isinstance(item, Played):
+            turn = self.turn
+            if turn is not None and turn.turn_id == item.turn_id and not turn.interrupted:
+                self.played(turn, item.played_ms)
+        elif isinstance(item, Truncated):
+            return Outcome.DONE if self.truncated(item.turn_id, item.played_ms) else Outcome.REFUSED
+        elif isinstance(item, Configure):
+            await self._configure(item)
+        elif isinstance(item, Cancel):
+            return await self._cancel()
+        elif isinstance(item, Commit):
+            return await self._commit(item.silence_ms)
+        return Outcome.DONE
+
+    async def _typed_turn(self, text: str) -> None:
+        if await self.typed_turn_allowed():
+            self._unanswered = None
+            self._start_turn(text, TurnTimings())
+
+    async def _configure(self, config: Configure) -> None:
+        """New formats or language: a new input rate or language needs a new STT stream (its
+        config is its first message)."""
+        assert self.session is not None
+        if (config.input_rate, config.language) != (self.session.sample_rate, self.session.language):
+            self.session = SessionStart(self.session_id, config.language, config.input_rate)
+            stt, self._stt = self._stt, None
+            if stt is not None:
+                await stt.close()
+            if self.fallback is not None:
+                self.fallback.warm(config.language)
+        self.output_rate, self.text_only = config.output_rate, config.text_only
+
+    async def _cancel(self) -> Outcome:
+        """Stop the reply in progress, as a barge-in would."""
+        turn = self.turn
+        if turn is None or turn.interrupted or not turn.audible(time.perf_counter()):
+            return Outcome.REFUSED
+        await self._interrupt(turn)
+        await cancel_task(turn.task)
+        await self.emit(ReplyCancelled(turn.turn_id))
+        return Outcome.DONE
+
+    async def _commit(self, silence_ms: int) -> Outcome:
+        """Close the open utterance now by giving the endpointer the silence it waits for."""
+        if not self._utterance_open or self.session is None:
+            return Outcome.REFUSED
+        silence = bytes(2 * self.session.sample_rate * silence_ms // 1000)
+        step = self.settings.max_audio_frame_bytes // 2 * 2
+        for start in range(0, len(silence), step):
+            await self._on_audio(silence[start:start + step])
+        return Outcome.DONE
+
+    def touch(self) -> None:
+        """Something came from the client (for GATEWAY_IDLE_TIMEOUT_S)."""
+        self._input_at = time.perf_counter()
 
     # ---- limits --------------------------------------------------------
     async def typed_turn_allowed(self) -> bool:
@@ -334,10 +244,13 @@ class Call:
         if self._typed_turns.take():
             return True
         TURNS_RATE_LIMITED.inc()
-        # Call's own send_error: the refusal is not a failure of the turn in flight.
-        await Call.send_error(self, "rate_limited", "turns come faster than this session may start them; "
-                                                    "this one was dropped")
+        # Not a failure of the turn in flight.
+        await self.send_error("rate_limited", "turns come faster than this session may start them; "
+                                              "this one was dropped", in_turn=False)
         return False
+
+    def arm_idle(self) -> None:
+        self._arm_idle(self.settings.idle_timeout_s)
 
     def _arm_idle(self, delay_s: float) -> None:
         if self.settings.idle_timeout_s > 0:
@@ -360,32 +273,7 @@ class Call:
     async def _close_idle(self) -> None:
         await self.send_error("idle_timeout", f"nothing came for {self.settings.idle_timeout_s:g} s; "
                                               "the session is closed (resume it with its id)")
-        with contextlib.suppress(Exception):
-            await self.ws.close(code=CLOSE_IDLE, reason="idle")
-
-    async def _on_text(self, raw: str) -> bool:
-        """Handle one text frame; False ends the call."""
-        if len(raw) > self.settings.max_message_bytes:
-            await self.send_error("payload_too_large", "text frame too large")
-            return True
-        try:
-            message = parse_client_text(raw, self.settings.max_text_chars)
-            if isinstance(message, SessionStart):
-                await self._start_session(message)
-            elif self.session is None:
-                raise ProtocolError("bad_request", "send session.start first")
-            elif isinstance(message, InputText):
-                if await self.typed_turn_allowed():
-                    self._unanswered = None
-                    self._start_turn(message.text, TurnTimings())
-            elif isinstance(message, PlaybackPosition):
-                if self.turn and self.turn.turn_id == message.turn_id:
-                    self.played(self.turn, message.played_ms)
-            elif isinstance(message, SessionEnd):
-                return False
-        except ProtocolError as exc:
-            await self.send_error(exc.code, exc.message)
-        return True
+        await self.emit(Hangup(CLOSE_IDLE, "idle"))
 
     def played(self, turn: ActiveTurn, played_ms: int) -> None:
         """The client is playing the turn at ``played_ms``: a barge-in cuts the record there."""
@@ -401,10 +289,10 @@ class Call:
         turn.played_stopped = True  # playback stopped there: no time is added to it
         if turn.record is not None:  # cut off already: the client's figure replaces the estimate
             turn.record = None
-            turn.record = turn.report(time.perf_counter(), self.settings.output_frame_ms)
+            turn.record = turn.report(time.perf_counter(), FRAME_MS)
         return True
 
-    async def _start_session(self, start: SessionStart) -> None:
+    async def start_session(self, start: SessionStart) -> None:
         if self.session is not None:
             raise ProtocolError("bad_request", "session already started")
         session_id = await self._open_session(start.session_id)
@@ -412,10 +300,7 @@ class Call:
         self.text_only = start.output == "text"
         if self.fallback is not None and not self.text_only:
             self.fallback.warm(start.language)
-        await self.send_event(
-            "session.started", session_id=session_id,
-            audio={"encoding": "pcm16", "sample_rate": self.output_rate}, output=start.output,
-        )
+        await self.emit(SessionStarted(session_id, self.output_rate, start.output))
 
     async def _open_session(self, session_id: str | None) -> str:
         """A new session's id, or the resumed one's. The store full (Redis at maxmemory refuses
@@ -435,6 +320,9 @@ class Call:
         if resumed is None:
             raise ProtocolError("not_found", "no such session")
         return resumed
+
+    def audio_now(self, data: bytes) -> bool:
+        return self._audio_now(data)
 
     def _audio_now(self, data: bytes) -> bool:
         """The common audio frame, handled without awaiting: queued for STT. False (nothing
@@ -475,12 +363,12 @@ class Call:
     def _open_standby(self, utterance: int) -> None:
         """The calls this utterance's turn will need, opened now, under its trace (standby.py)."""
         self._take_standby(None)
-        if not self.settings.standby_calls or self.session_id is None:
+        if self.session_id is None:
             return
         span = self._utterance_spans.get(utterance)
         metadata = outgoing_metadata(trace.set_span_in_context(span) if span is not None else None)
         read_ahead = brain_pb2.Prepare(session_id=self.session_id, user_id=self.user_id) \
-            if self.settings.session_read_ahead and self._history_settled() else None
+            if self._history_settled() else None
         self._standby = (utterance, StandbyCalls(self.upstreams, self.settings.turn_timeout_s, metadata,
                                                  read_ahead=read_ahead))
 
@@ -508,12 +396,14 @@ class Call:
         config = stt_pb2.RecognitionConfig(session_id=self.session_id, language=self.session.language,
                                            sample_rate=self.session.sample_rate, interim_results=True,
                                            speculative_results=self.settings.preemptive,
-                                           final_with_end_of_utterance=self.settings.stt_final_with_end)
+                                           # STT sends a final it has at the endpoint inside the
+                                           # EndOfUtterance: one message, not two (a gRPC stream's
+                                           # second message waits for the first).
+                                           final_with_end_of_utterance=True)
         self._stt = SttLink(self.upstreams.stt.StreamingRecognize, config,
                             on_event=self._on_stt_event, on_ended=self._on_stt_ended,
                             on_down=self._on_stt_down, max_frames=self.settings.max_pending_audio_frames,
-                            max_message_bytes=self.settings.stt_max_message_bytes,
-                            hold_ms=self._stt_hold_ms, loud_rms=self.settings.stt_hold_until_rms,
+                            hold_ms=self._stt_hold_ms, loud_rms=self.holds.loud_rms,
                             speech_hold=lambda: self._utterance_open,
                             reconnected=lambda: self.upstreams.reconnected("stt"))
         return self._stt
@@ -528,11 +418,11 @@ class Call:
         confirmation, counted in stream time)."""
         if self._utterance_open:
             # Only loud audio waits, and only when a quiet frame can end the wait.
-            return self.settings.stt_speech_batch_ms if self.settings.stt_hold_until_rms else 0
+            return self.holds.speech_ms if self.holds.loud_rms else 0
         turn = self.turn
         if turn is not None and turn.audible(time.perf_counter()):
-            return self.settings.stt_playback_batch_ms if turn.spoken.sent_ms > 0 else 0
-        return self.settings.stt_idle_batch_ms
+            return self.holds.playback_ms if turn.spoken.sent_ms > 0 else 0
+        return self.holds.idle_ms
 
     def _became_busy(self) -> None:
         if self._stt is not None:
@@ -569,7 +459,7 @@ class Call:
         if kind == "speech_started":
             self._utterance_open = True
             self._became_busy()
-            await self.on_speech(True, ev.speech_started.offset_ms)
+            await self._speech(True, ev.speech_started.offset_ms)
             self._open_utterance_span(ev.utterance_index)
             self._open_standby(ev.utterance_index)
             turn = self.turn
@@ -581,11 +471,15 @@ class Call:
             self._barge_in.end_of_utterance(ev.utterance_index)
             speech_end = self._stt.arrival_of(ev.end_of_utterance.end_ms) if self._stt else now
             self._pending_timings = TurnTimings(speech_end=speech_end, end_of_utterance=now)
-            await self.on_speech(False, ev.end_of_utterance.end_ms)
+            await self._speech(False, ev.end_of_utterance.end_ms)
             if ev.end_of_utterance.HasField("final"):  # asked for in _open_stt
                 await self._on_transcript(ev.utterance_index, ev.end_of_utterance.final, now)
         elif kind == "transcript":
             await self._on_transcript(ev.utterance_index, ev.transcript, now)
+
+    async def _speech(self, started: bool, stream_ms: int) -> None:
+        received = self._stt.received_ms if self._stt is not None else 0
+        await self.emit(Speech(started, received - stream_ms))
 
     async def _on_transcript(self, utterance: int, transcript: stt_pb2.Transcript, now: float) -> None:
         text = transcript.text.strip()
@@ -606,7 +500,7 @@ class Call:
             else:
                 self._prefill_words(text)
             if text:
-                await self.send_event("transcript.partial", turn_id="", text=text)
+                await self.emit(TranscriptPartial(text))
             return
         timings = self._pending_timings or TurnTimings(speech_end=now, end_of_utterance=now)
         self._pending_timings = None
@@ -703,13 +597,12 @@ class Call:
 
     # ---- turns ---------------------------------------------------------
     def _new_playout(self, spoken: SpokenTracker) -> Playout:
-        return Playout(spoken, self.settings.output_frame_ms, self.settings.playback_lead_ms,
-                       message_ms=self.settings.output_message_ms)
+        return Playout(spoken, FRAME_MS, self.settings.playback_lead_ms, message_ms=MESSAGE_MS)
 
     def _runner(self, turn: ActiveTurn) -> TurnRunner:
-        return TurnRunner(self.upstreams, TurnChannel(self, turn), self.settings.turn_timeout_s,
-                          self.settings.reply_phrase_chars, self.settings.reply_first_words,
-                          self.settings.tts_sentence_with_audio)
+        return TurnRunner(self.upstreams, TurnChannel(self.out, turn, lambda t: self.turn is t),
+                          self.settings.turn_timeout_s,
+                          first_words=self.settings.reply_first_words)
 
     def _may_start_on(self, text: str) -> bool:
         """Words the brain may work on before the endpoint: a session, words, and no reply still
@@ -802,11 +695,11 @@ class Call:
         try:
             if transcribed:
                 # grpc.aio writes the brain's request from a task of its own (the call's request
-                # iterator, or its unary request) once the loop turns: let it go first. The event
-                # went first before: a WebSocket write on the turn's path, and on the bench's two
-                # cores the client it woke ran ahead of the gateway (the request ~0.5 ms later).
+                # iterator, or its unary request) once the loop turns: let it go first. Written
+                # first, the event put a WebSocket write on the turn's path, and on shared cores
+                # the client it woke ran ahead of the gateway, delaying the request.
                 await asyncio.sleep(0)
-                await self.send_event("transcript.final", turn_id=request.turn_id, text=request.text)
+                await self.emit(TranscriptFinal(request.turn_id, request.text))
         except BaseException:
             brain_call.cancel()  # interrupted before the turn could take the call
             raise
@@ -826,12 +719,12 @@ class Call:
             await self.send_error("upstream_unavailable", f"the {UPSTREAM_NAMES[exc.stage]} is unavailable "
                                                           "right now")
             await self._speak_fallback(turn, runner, "unavailable", exc.stage)
-            await self.on_turn_over(turn, "error")
+            await self.emit(TurnOver(turn.turn_id, "error"))
             return "error"
         turn.outcome = "completed"
         TURNS.labels("completed").inc()
-        await self.send_event("turn.metrics", turn_id=request.turn_id, ms=timings.observe(trace_id_hex()))
-        await self.on_turn_over(turn, "completed")
+        await self.emit(TurnMetrics(request.turn_id, timings.observe(trace_id_hex())))
+        await self.emit(TurnOver(turn.turn_id, "completed"))
         return "completed"
 
     def _send_brain(self, turn: ActiveTurn, runner: TurnRunner, request: TurnRequest, timings: TurnTimings,
@@ -891,11 +784,11 @@ class Call:
             return
         turn.interrupted = True
         turn.playout.stop()
-        turn.record = turn.report(time.perf_counter(), self.settings.output_frame_ms)
+        turn.record = turn.report(time.perf_counter(), FRAME_MS)
         if turn.text:  # a fallback turn answers nothing: it leaves no record for the brain
             self._reported = turn
         if turn.announced:
-            await self.send_event("interrupt", turn_id=turn.turn_id)
+            await self.emit(Interrupted(turn.turn_id))
 
     async def close(self) -> None:
         if self._idle_timer is not None:
@@ -910,7 +803,7 @@ class Call:
         self._end_utterance_spans("call_ended")
         if self.turn is not None:
             await cancel_task(self.turn.task)
-        stt, self._stt = self._stt, None  # the link holds the call's methods: no cycle outlives it
+        stt, self._stt = self._stt, None  # the link holds the conversation's methods: no cycle outlives it
         if stt is not None:
             await stt.close()
 
