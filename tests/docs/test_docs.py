@@ -219,6 +219,20 @@ def test_every_setting_is_in_the_configuration_reference() -> None:
         "add a row for each to docs/configuration.md"
 
 
+def rows_without_a_setting(text: str, classes: list[type[BaseSettings]]) -> list[str]:
+    """Table rows naming a variable with a service's prefix that no settings class has: a setting
+    that was retired, or a typo. (``VOICEBOT_`` also names variables read outside the classes.)"""
+    known = {name for cls in classes for name in env_names(cls)}
+    prefixes = tuple(p for cls in classes if (p := cls.model_config["env_prefix"]) != "VOICEBOT_")
+    rows = re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", text, re.M)
+    return [name for name in rows if name.startswith(prefixes) and name not in known]
+
+
+def test_the_configuration_reference_names_no_setting_that_is_gone() -> None:
+    text = (DOCS / "configuration.md").read_text()
+    assert rows_without_a_setting(text, settings_classes()) == [], "remove the rows, or restore the settings"
+
+
 # ---- the checks can fail ----------------------------------------------------------------------
 def test_the_diary_check_sees_dates_and_numbered_sessions() -> None:
     text = ("p50 538 ms (measured 2026-12-03)\nthe eighth session moved it\nrun EE: 41 ms\n"
@@ -251,3 +265,5 @@ def test_the_settings_check_sees_a_missing_row() -> None:
     assert env_names(Example) == ["EXAMPLE_PORT", "EXAMPLE_MAX_STREAMS"]
     assert missing_settings(env_names(Example), "| `EXAMPLE_PORT` | 1 |\n| `EXAMPLE_MAX_STREAMS_X` |") == [
         "EXAMPLE_MAX_STREAMS"]
+    assert rows_without_a_setting("| `EXAMPLE_PORT` | 1 |\n| `EXAMPLE_LOOP` | auto |\n| `OTHER_X` | 1 |",
+                                  [Example]) == ["EXAMPLE_LOOP"]
