@@ -33,7 +33,7 @@ from typing import Any
 import websockets
 
 from bench.gateway import cpu_seconds
-from voicebot.common.stats import percentile
+from bench.stats import percentile
 from voicebot.devstack import ROOT, Proc, Stack, free_port, redis_url_for
 
 CALLER_TOKEN, FLOOD_TOKEN = "tok-caller", "tok-flood"

@@ -26,10 +26,10 @@ import time
 import numpy as np
 import websockets
 
+from bench.stats import percentile
 from tests.audio import silence, speech, vowel
 from tests.fakes.fake_llm import FakeLLM, is_guard, last_user_text
 from voicebot.common.audio import float_to_pcm16
-from voicebot.common.stats import percentile
 from voicebot.devstack import ROOT, Stack, free_port, start_brain_and_gateway, start_speech
 
 RATE = 16000

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.stats import percentile
 from voicebot import localllm
 from voicebot.brain.context import build_messages, state_text
 from voicebot.brain.guard import TopicGuard
@@ -48,7 +49,6 @@ from voicebot.brain.llm import OpenAIChatClient
 from voicebot.brain.profile import load_profile
 from voicebot.brain.prompts import system_prompt
 from voicebot.brain.session_store import Turn
-from voicebot.common.stats import percentile
 from voicebot.devstack import Stack, free_port, main_llm_threads
 
 PROFILE = load_profile("restaurant")

@@ -34,11 +34,11 @@ from typing import Any
 
 import yaml
 
+from bench.stats import percentile
 from voicebot.brain.confirm import Answer, answer_to_read_back
 from voicebot.brain.mcp_tools import McpToolSource, tool_value
 from voicebot.brain.readback import render
 from voicebot.common.speech_text import speakable
-from voicebot.common.stats import percentile
 from voicebot.devstack import (
     ROOT,
     Stack,

@@ -46,11 +46,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 from websockets.frames import Frame, Opcode
 
+from bench import cpu_latency
 from bench import gateway_hops as bench_hops
 from bench import gateway_targets as bench_targets
 from bench.gateway_stalls import StallMeter
-from voicebot.common import cpu_latency, gc_tuning
-from voicebot.common.stats import p50_ratio_interval, percentile
+from bench.stats import p50_ratio_interval, percentile
+from voicebot.common import gc_tuning
 from voicebot.devstack import ROOT, Proc, Stack, free_port
 
 RATE = 16000
@@ -714,7 +715,7 @@ def main() -> None:
                         help="exit 1 when the first variant misses a target (bench/gateway_targets.py)")
     parser.add_argument("--idle-poll", action="store_true",
                         help="hold /dev/cpu_dma_latency at 0 for the run (root): idle CPUs poll instead of "
-                             "halting, as on a latency-tuned host (voicebot/common/cpu_latency.py)")
+                             "halting, as on a latency-tuned host (bench/cpu_latency.py)")
     args = parser.parse_args()
     unknown = [name for name in args.variants if name not in VARIANTS]
     if unknown or len(set(args.variants)) != len(args.variants):

@@ -25,9 +25,9 @@ import time
 
 import grpc
 
+from bench.stats import percentile
 from voicebot.common import event_loop
 from voicebot.common.grpc_env import grpc_environment
-from voicebot.common.stats import percentile
 
 GAP_S = 0.02  # a frame's time: between frames the processes sleep
 # Between one caller's turns the brain, Redis and the LLM sleep for a second or more (only the

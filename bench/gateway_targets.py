@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from voicebot.common.stats import p50_interval
+from bench.stats import p50_interval
 
 ONE_CALLER_P50_MS = 5.0
 ONE_CALLER_P95_MS = 10.0

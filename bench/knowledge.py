@@ -28,10 +28,10 @@ from typing import Any
 import yaml
 
 from bench.dialog import TOKEN, Conversation, each_profile, profile_args, words
+from bench.stats import percentile
 from voicebot.brain.answers import for_the_ear
 from voicebot.brain.knowledge import load_passages
 from voicebot.brain.profile import Profile, load_profile
-from voicebot.common.stats import percentile
 from voicebot.devstack import (
     ROOT,
     Stack,

@@ -39,8 +39,8 @@ import httpx
 import numpy as np
 import websockets
 
+from bench.stats import percentile
 from voicebot.common.audio import float_to_pcm16
-from voicebot.common.stats import percentile
 from voicebot.devstack import ROOT, Stack, free_port, redis_url_for, start_brain_and_gateway, start_speech
 
 RATE = 16000

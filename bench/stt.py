@@ -44,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.stats import percentile
 from voicebot.common.audio import float_to_pcm16, pcm16_to_float, read_wav, resample
 from voicebot.common.internal_auth import internal_channel
-from voicebot.common.stats import percentile
 from voicebot.v1 import stt_pb2, stt_pb2_grpc
 
 RATE = 16000

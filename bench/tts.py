@@ -22,8 +22,8 @@ from pathlib import Path
 
 import grpc
 
+from bench.stats import percentile
 from voicebot.common.internal_auth import internal_channel
-from voicebot.common.stats import percentile
 from voicebot.devstack import ROOT, Stack
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
 

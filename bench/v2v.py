@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.stats import percentile
 from voicebot.common.audio import float_to_pcm16
-from voicebot.common.stats import percentile
 from voicebot.devstack import (
     Stack,
     free_port,

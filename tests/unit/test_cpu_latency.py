@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.cpu_latency import NO_BOUND_US, current_bound_us, held_bound
 from bench.gateway import table
-from voicebot.common.cpu_latency import NO_BOUND_US, current_bound_us, held_bound
 
 
 def test_the_bound_is_written_as_a_native_int32_and_held_only_while_inside(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from voicebot.common.stats import p50_interval, p50_ratio_interval, percentile
+from bench.stats import p50_interval, p50_ratio_interval, percentile
 
 
 def test_a_percentile_is_always_a_measured_value():
