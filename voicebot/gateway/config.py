@@ -132,6 +132,11 @@ class GatewaySettings(BaseSettings):
     # (http(s)://localhost, 127.0.0.1, [::1], any port), "*" (any), or exact origins
     # (https://app.example.com). A connection without an Origin header (CLI, servers) is allowed.
     allowed_origins: str = "self,localhost"
+    # Who the browser page at / says the bot is and what it does (a profile's `name` and
+    # `purpose`; make run sets both from the brain's profile). Shown to anyone who opens the page,
+    # so nothing secret. Empty: the page says "voicebot".
+    agent_name: str = ""
+    agent_purpose: str = ""
     # The internal token added to upstream calls by grpc.aio client interceptors (as before)
     # instead of with each call's metadata: slower, every streamed message goes through the
     # interceptor's wrapper (the bench's ``interceptor`` variant). For comparison only.
