@@ -468,6 +468,26 @@ def speech_env(profile: str) -> dict[str, str]:
     return {"STT_CONTEXT": os.environ.get("STT_CONTEXT", load_profile(profile).stt_context)}
 
 
+def page_env(profile: str | None) -> dict[str, str]:
+    """The business the gateway's browser page names: the brain's profile's name and purpose
+    (GATEWAY_AGENT_NAME and GATEWAY_AGENT_PURPOSE in the environment win). Read from the file
+    as it is: the variables the profile uses may be in the brain's environment only."""
+    if not profile:
+        return {}
+    import yaml
+
+    from voicebot.brain.profile import Profile, resolve_path
+
+    try:
+        raw = yaml.safe_load(resolve_path(profile).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}  # the brain says what is wrong with it
+    raw = raw if isinstance(raw, dict) else {}
+    fields = {key: str(raw.get(key) or Profile.model_fields[key].default) for key in ("name", "purpose")}
+    return {"GATEWAY_AGENT_NAME": os.environ.get("GATEWAY_AGENT_NAME", fields["name"]),
+            "GATEWAY_AGENT_PURPOSE": os.environ.get("GATEWAY_AGENT_PURPOSE", fields["purpose"])}
+
+
 def start_speech(stack: Stack, ports: dict[str, int] | None = None,
                  env: dict[str, str] | None = None) -> tuple[Proc, Proc]:
     """STT and TTS (port 0 = any free port)."""
@@ -493,6 +513,7 @@ def start_brain_and_gateway(stack: Stack, *, redis_url: str, llm_base_url: str, 
         "BRAIN_REDIS_URL": redis_url, "BRAIN_LLM_BASE_URL": llm_base_url, **(brain_env or {}),
     })
     gateway = stack.start_service(f"gateway{suffix}", "voicebot.gateway.app", {
+        **page_env((brain_env or {}).get("BRAIN_PROFILE")),
         **env, "GATEWAY_PORT": str(ports.get("gateway", 0)), "GATEWAY_TOKENS": tokens,
         "GATEWAY_REDIS_URL": redis_url,
         "GATEWAY_STT_ADDR": f"127.0.0.1:{stt.ready['grpc']}",

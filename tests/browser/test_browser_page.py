@@ -1,9 +1,12 @@
 """The browser page at `/` in headless Chromium (Debian's `chromium`, driven by Playwright), with a
-fake microphone that plays a WAV: speech in, a transcript and reply audio out, and an interruption
-that stops playback.
+fake microphone that plays a WAV: the business it speaks for, a microphone level, speech in, a
+transcript (partial, then final) and reply audio out, an interruption that stops playback and is
+marked in the conversation, and the next turn's time per stage from `turn.metrics`.
 
 The fake-microphone file asks a question whose answer is long, then ~6 s later, while the bot is
 still reading it, a short question: that is the barge-in, and the short answer plays to the end.
+The file loops; when its first question comes again, the page is kept as a screenshot in the test
+logs (browser/page.png).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import numpy as np
 import pytest
 
 from tests.audio import silence, speech
-from tests.fakes.stack_profile import MENU, PARKING, answer
+from tests.conftest import LOG_ROOT
+from tests.fakes.stack_profile import HOURS, MENU, PARKING, PROFILE, answer
 from voicebot.common.audio import float_to_pcm16, write_wav
 
 pytestmark = pytest.mark.integration
@@ -24,6 +28,7 @@ CHROMIUM = os.environ.get("VOICEBOT_CHROMIUM", "/usr/bin/chromium")  # Debian's 
 QUESTION = MENU  # the stack's FAQ: its answer is long (~20 s spoken), so the next question cuts it
 LONG_REPLY = answer(MENU)
 INTERRUPTION = PARKING  # its answer is short: it plays to the end
+SCREENSHOT = LOG_ROOT / "browser" / "page.png"
 
 
 def chromium_args(wav: str) -> list[str]:
@@ -62,19 +67,38 @@ async def browser(microphone_wav):
             await browser.close()
 
 
+# Every caller's message the page shows as partial words (a partial can be on screen for only
+# ~100 ms on a busy machine: STT's interim decodes then come just before the final).
+WATCH_PARTIALS = """() => { window.partialsShown = [];
+  new MutationObserver(() => { const p = document.querySelector("#log .you.partial");
+    if (p) window.partialsShown.push(p.textContent); })
+    .observe(document.getElementById("log"), {subtree: true, childList: true, characterData: true}); }"""
+
+
 async def test_speak_hear_the_reply_and_interrupt_it(services, scripted_llm, browser):
-    page = await browser.new_page()
+    page = await browser.new_page(viewport={"width": 1000, "height": 800})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     await page.goto(f"{services.http_url}/?token=tok-alice")
+
+    # The business the bot speaks for (the brain's profile, through the gateway's settings).
+    assert await page.inner_text("#agent") == PROFILE.name
+    assert (await page.inner_text("#purpose")).lower() == PROFILE.purpose.lower()
+    assert PROFILE.name in await page.title()
+    await page.evaluate(WATCH_PARTIALS)
     await page.click("#start")
 
-    # The spoken question comes back as a transcript; the reply streams as text and audio that plays.
-    await page.wait_for_selector("#log .you", timeout=30_000)
-    assert "menu" in (await page.inner_text("#log .you")).lower()
+    # The microphone level moves with the speech; the words show as a partial, then as the final.
+    await page.wait_for_function("window.vb.micPeak > 0.4", timeout=30_000)
+    await page.wait_for_selector("#log .you:not(.partial)", timeout=30_000)
+    assert "menu" in (await page.inner_text("#log .you .text")).lower()
+    assert any(text.strip() for text in await page.evaluate("window.partialsShown"))
+
+    # The reply streams as text and audio that plays.
     await page.wait_for_function("window.vb.maxPlayedMs > 1000", timeout=30_000)
-    assert (await page.inner_text("#log .bot")).startswith("bot: " + LONG_REPLY[:30])
+    assert (await page.inner_text("#log .bot .text")).startswith(LONG_REPLY[:30])
     assert await page.evaluate("window.vb.playing()")
+    assert await page.inner_text("#status") == "speaking"
 
     # The next question talks over the long reply: `interrupt` arrives and playback stops at once.
     await page.wait_for_function("window.vb.interrupts > 0", timeout=30_000)
@@ -83,15 +107,47 @@ async def test_speak_hear_the_reply_and_interrupt_it(services, scripted_llm, bro
     assert state["after"] is False
     assert 1000 < state["played"] < 14_000  # cut well before the end of a ~14 s reply
     assert await page.inner_text("#status") != "speaking"
+    # ... and the conversation marks it on the reply that was cut, with the caller's words after it.
+    assert "barge-in" in await page.inner_text("#log .bot.cut .barge")
+    assert await page.locator("#log .bot").first.evaluate("e => e.classList.contains('cut')")
 
-    # The interrupting question gets its own (short) answer; its latency is shown per stage.
+    # The interrupting question gets its own (short) answer; its time per stage is shown under it.
     await page.wait_for_function("window.vb.metrics !== undefined", timeout=30_000)
-    legend = await page.inner_text("#legend")
-    assert "voice-to-voice" in legend and "llm_ttft" in legend
-    assert await page.locator("#bar span").count() >= 3
+    assert "parking" in (await page.locator("#log .bot.cut ~ .you").first.inner_text()).lower()
+    timing = page.locator("#log .bot:not(.cut) .timing")
+    assert await timing.count() == 1
+    text = await timing.inner_text()
+    assert "voice-to-voice" in text and "LLM first token" in text and "TTS" in text
+    assert await timing.locator(".seg").count() >= 3
     assert await page.evaluate("window.vb.framesAfterInterrupt") == 0
     events = await page.evaluate("window.vb.events")
     first_interrupt = events.index("interrupt")
+    assert events.index("transcript.partial") < events.index("transcript.final")
     assert events.index("audio.start") < first_interrupt < events.index("turn.metrics")
+
+    # The file loops: when its first question comes again, under the finished turns, the page is
+    # kept as a screenshot with every part of it in view.
+    await page.wait_for_function("document.querySelector('#log .bot:not(.cut) ~ .you')", polling=50,
+                                 timeout=30_000)
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=SCREENSHOT, full_page=True)
+    assert errors == []
+    await page.click("#stop")
+
+
+async def test_a_typed_question_gets_its_reply_and_its_stages(services, scripted_llm, browser):
+    # No microphone: the socket opens on the first message. A typed turn has no endpoint or STT.
+    page = await browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    await page.goto(f"{services.http_url}/?token=tok-alice")
+    await page.fill("#text", HOURS)
+    await page.press("#text", "Enter")
+    await page.wait_for_selector("#log .bot .timing", timeout=30_000)
+    assert await page.inner_text("#log .you .text") == HOURS
+    assert await page.inner_text("#log .bot .text") == answer(HOURS)
+    stages = await page.inner_text("#log .bot .timing .stages")
+    assert "LLM first token" in stages and "TTS" in stages and "endpoint" not in stages
+    assert await page.evaluate("window.vb.micPeak") == 0
     assert errors == []
     await page.click("#stop")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
+from html import escape
 from importlib.resources import files
 
 import uvicorn
@@ -13,7 +15,8 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketState
 
 from voicebot.common import gc_tuning
@@ -46,6 +49,16 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN_ORIGIN = 4403
 CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455 registry: the server is overloaded
 CLOSE_POLICY = 1008  # RFC 6455: the endpoint's policy (here: the user's session cap)
+STATIC_PACKAGE = ("voicebot.gateway", "static")  # the browser page: index.html, page.css, page.js
+
+
+def render_page(settings: GatewaySettings) -> str:
+    """index.html with the business it speaks for filled in, escaped: the values are settings,
+    not markup. One pass, so a value that looks like a placeholder stays text."""
+    values = {"agent_name": settings.agent_name or "voicebot",
+              "agent_purpose": settings.agent_purpose or "a realtime voice agent"}
+    page = (files(STATIC_PACKAGE[0]) / STATIC_PACKAGE[1] / "index.html").read_text()
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: escape(values[m[1]]), page)
 
 
 def create_app(settings: GatewaySettings) -> Starlette:
@@ -61,6 +74,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
     unauthenticated = Unauthenticated(settings.max_unauthenticated)
     BAD_INPUT_LOGS.configure(settings.bad_message_logs_per_s)
     state: dict = {}
+    page = render_page(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -172,7 +186,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
                 await ws.close(code=1011, reason="internal error")
 
     async def index(_request: Request) -> HTMLResponse:
-        return HTMLResponse(files("voicebot.gateway").joinpath("static/index.html").read_text())
+        return HTMLResponse(page)
 
     async def healthz(_request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -203,6 +217,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
+            Mount("/static", StaticFiles(packages=[STATIC_PACKAGE]), name="static"),
         ],
         lifespan=lifespan,
     )

@@ -61,6 +61,11 @@ class GatewaySettings(BaseSettings):
     # (http(s)://localhost, 127.0.0.1, [::1], any port), "*" (any), or exact origins
     # (https://app.example.com). A connection without an Origin header (CLI, servers) is allowed.
     allowed_origins: str = "self,localhost"
+    # Who the browser page at / says the bot is and what it does (a profile's `name` and
+    # `purpose`; make run sets both from the brain's profile). Shown to anyone who opens the page,
+    # so nothing secret. Empty: the page says "voicebot".
+    agent_name: str = ""
+    agent_purpose: str = ""
     # Speech while the bot talks pauses its audio at once; this much stream time since the
     # onset, with the utterance still open, confirms a barge-in (so does a partial
     # transcript with words). It includes the endpointer's closing silence
