@@ -82,9 +82,7 @@ def start_stack(stack: Stack, gateway_env: dict[str, str] | None = None, maxmemo
     llm = stack.start_service("fake-llm", "tests.fakes.llm_server", {})
     brain = stack.start_service("brain", "voicebot.brain.server", {
         "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
-        "BRAIN_LLM_BASE_URL": f"http://127.0.0.1:{llm.ready['http']}/v1", "BRAIN_GUARD_ENABLED": "false",
-        # The scripted LLM has no prompt cache to warm: a prefill would only take CPU.
-        "BRAIN_PREFILL_AFTER_REPLY": "false"})
+        "BRAIN_LLM_BASE_URL": f"http://127.0.0.1:{llm.ready['http']}/v1", "BRAIN_GUARD_ENABLED": "false"})
     upstream = {"stt": speech.ready["stt"], "tts": speech.ready["tts"], "brain": brain.ready["grpc"]}
     twilio_secret = secrets.token_urlsafe(18)
     gateway = start_gateway(stack, upstream, redis_url, twilio_secret,

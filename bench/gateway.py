@@ -383,9 +383,6 @@ def start_backends(stack: Stack, guard: bool) -> tuple[dict[str, int], str, dict
         "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
         "BRAIN_LLM_BASE_URL": f"http://127.0.0.1:{llm.ready['http']}/v1", "BRAIN_LOG_LEVEL": "WARNING",
         "BRAIN_GUARD_ENABLED": "true" if guard else "false",
-        # The prefill after each reply warms a real server's prompt cache; the scripted LLM has
-        # none, so here it would only take CPU from the gateway on the same cores.
-        "BRAIN_PREFILL_AFTER_REPLY": "false",
     })
     pids = {"brain": brain.popen.pid, "fake_speech": speech.popen.pid, "fake_llm": llm.popen.pid}
     ports = {"stt": speech.ready["stt"], "tts": speech.ready["tts"], "brain": brain.ready["grpc"]}

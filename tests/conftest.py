@@ -24,9 +24,6 @@ from voicebot.devstack import (
 )
 
 TOKENS = "tok-alice=alice,tok-bob=bob"
-# The brain's prefill after each reply is an extra LLM request in the background; tests that
-# count or inspect requests to the scripted model must not race it. Its own test turns it on.
-os.environ.setdefault("BRAIN_PREFILL_AFTER_REPLY", "false")
 LOG_ROOT = Path(os.environ.get("VOICEBOT_TEST_LOGS", "/tmp/voicebot-test-logs"))
 # Internal gRPC calls are authenticated in tests as in production: one token for the session,
 # in this process's environment (in-process servers and clients) and every child's.

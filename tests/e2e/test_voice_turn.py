@@ -37,7 +37,7 @@ def real_llm_gateway(services):
         _, gateway = start_brain_and_gateway(
             stack, redis_url=services.redis_url, llm_base_url=llm_url,
             tokens=TOKENS, stt=services.stt, tts=services.tts, name="real", brain_env={
-                "BRAIN_PREFILL_AFTER_REPLY": "true", **profile_env, **llm_env},
+                **profile_env, **llm_env},
         )
         gateway_port = gateway.ready["http"]
         yield f"ws://127.0.0.1:{gateway_port}/v1/call"

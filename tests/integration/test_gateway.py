@@ -161,7 +161,9 @@ async def test_health_readiness_and_metrics(services):
         ready = (await http.get("/readyz")).json()
         assert ready["ready"] and all(ready["checks"].values())
         assert "voicebot_stage_seconds" in (await http.get("/metrics")).text
-        assert "getUserMedia" in (await http.get("/")).text
+        page = await http.get("/")
+        assert page.status_code == 200 and '<script src="/static/page.js">' in page.text
+        assert "getUserMedia" in (await http.get("/static/page.js")).text  # the page's microphone
 
 
 def test_every_service_settles_its_garbage_collector_once_started(services):

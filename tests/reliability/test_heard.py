@@ -72,7 +72,7 @@ def heard_stack(redis_url, fake_llm, tmp_path_factory):
         brain = stack.start_service("brain", "voicebot.brain.server", {
             "BRAIN_PORT": "0", "BRAIN_METRICS_PORT": "0", "BRAIN_REDIS_URL": redis_url,
             "BRAIN_LLM_BASE_URL": fake_llm.base_url, "BRAIN_GUARD_ENABLED": "false",
-            "BRAIN_PREFILL_AFTER_REPLY": "false", "BRAIN_PROFILE": str(profile),
+            "BRAIN_PROFILE": str(profile),
             "HELPDESK_URL": desk.url, "HELPDESK_TOKEN": TOKEN})
         upstream = {"stt": speech.ready["stt"], "tts": speech.ready["tts"], "brain": brain.ready["grpc"]}
         gateway = start_gateway(stack, upstream, redis_url, "not-used",
