@@ -109,7 +109,9 @@ def test_a_service_that_keeps_crashing_waits_longer_each_time(tmp_path):
 
 def test_a_service_that_ran_long_enough_restarts_without_waiting_longer(tmp_path):
     stack = Stack(tmp_path, quiet=True)
-    start_child(stack, "steady", FAKE_EXIT_AFTER_S="0.6")
+    # Each run lasts 2 s against the 0.5 s that counts as stable: a margin for a restart whose
+    # READY line is read late on a loaded machine (it must not count as a short run).
+    start_child(stack, "steady", FAKE_EXIT_AFTER_S="2.0")
     with supervised(stack, Supervisor(stack, Backoff(0.1, 10.0), stable_s=0.5)) as supervisor:
         wait_for(lambda: len(notes(supervisor, "steady", "exited")) >= 3, 30, "three exits")
         assert all("restarting in 0.1 s (attempt 1)" in n for n in notes(supervisor, "steady", "exited")[:3])
