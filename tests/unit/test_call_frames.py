@@ -1,4 +1,4 @@
-"""A call's frame sink (``Call._audio_now``, voicebot/gateway/ws_direct.py): which audio frames it takes
+"""A call's frame sink (``Conversation.audio_now``, voicebot/gateway/ws_direct.py): which audio frames it takes
 where the socket reads them, and which it leaves to the awaited path (that answers errors and
 weighs a barge-in), as a table of cases."""
 
@@ -24,7 +24,7 @@ def barge_in_pending(call):
 
 
 def stt_queue_full(call):
-    assert call._audio_now(FRAME)  # the link is open
+    assert call.audio_now(FRAME)  # the link is open
     call._stt.would_drop = lambda: True
 
 
@@ -40,7 +40,7 @@ async def test_which_frames_the_sink_takes(case, prepare, taken):
     frame = (prepare and prepare(call)) or FRAME
     stt_before = call._stt
     frames_before = len(stt_before.outbox) if stt_before else 0
-    assert call._audio_now(frame) is taken, case
+    assert call.audio_now(frame) is taken, case
     if taken:
         assert call._stt is not None and len(call._stt.outbox) == frames_before + 1
     elif stt_before is not None:

@@ -322,9 +322,6 @@ class Conversation:
         return resumed
 
     def audio_now(self, data: bytes) -> bool:
-        return self._audio_now(data)
-
-    def _audio_now(self, data: bytes) -> bool:
         """The common audio frame, handled without awaiting: queued for STT. False (nothing
         done) when the frame needs the awaited path: an error to answer, a barge-in to weigh."""
         if (self.session is None or len(data) > self.settings.max_audio_frame_bytes

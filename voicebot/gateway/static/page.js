@@ -1,5 +1,5 @@
 "use strict";
-// The browser client of protocol v1 (/v1/call; README "WebSocket protocol v1").
+// The browser client of protocol v1 (/v1/call; docs/protocols.md).
 // Microphone audio goes up as 20 ms PCM16 frames at 16 kHz; reply audio comes down as PCM16 at the
 // rate session.started announces and is scheduled back to back on one AudioContext. `interrupt`
 // stops every scheduled buffer at once and drops frames of that turn that might still arrive.
