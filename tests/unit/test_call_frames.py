@@ -1,5 +1,5 @@
-"""A call's frame sink (``Conversation.audio_now``, voicebot/gateway/ws_direct.py): which audio frames it takes
-where the socket reads them, and which it leaves to the awaited path (that answers errors and
+"""A call's frame sink (``Conversation.audio_now``, voicebot/gateway/ws_direct.py): which audio
+frames it takes where the socket reads them, and which it leaves to the awaited path (that answers errors and
 weighs a barge-in), as a table of cases."""
 
 from __future__ import annotations
