@@ -41,13 +41,13 @@ from pathlib import Path
 
 import httpx
 
+from bench.context import build_messages, state_text
+from bench.prompts import system_prompt
 from bench.stats import percentile
 from voicebot import localllm
-from voicebot.brain.context import build_messages, state_text
 from voicebot.brain.guard import TopicGuard
 from voicebot.brain.llm import OpenAIChatClient
 from voicebot.brain.profile import load_profile
-from voicebot.brain.prompts import system_prompt
 from voicebot.brain.session_store import Turn
 from voicebot.devstack import Stack, free_port, main_llm_threads
 

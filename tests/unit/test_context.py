@@ -1,7 +1,7 @@
 """The state block is sent only when the state the model sees would change: each block left out
 is prompt the LLM server does not prefill at the endpoint."""
 
-from voicebot.brain.context import build_messages, state_block, state_text
+from bench.context import build_messages, state_block, state_text
 from voicebot.brain.session_store import Turn
 from voicebot.brain.state import SessionState
 

@@ -28,6 +28,7 @@ from voicebot.brain.references import IDEMPOTENCY_KEY, References
 from voicebot.brain.session_lease import Lease, LeaseLost
 from voicebot.brain.session_store import SessionHistory, SessionStore
 from voicebot.brain.state import Outcome, PendingAction, SessionState
+from voicebot.brain.tool_errors import classify, error_text
 from voicebot.brain.toolcalls import ToolCall, new_call_id
 from voicebot.brain.tools import Dispatcher, Tool, ToolContext, ToolResult
 
@@ -41,8 +42,9 @@ AWAITING = ("Not done yet: the system reads this back to the caller and runs it 
 
 @dataclass(frozen=True)
 class WriteOutcome:
-    status: str  # done | refused | unavailable | unknown
+    status: str  # done | refused | field | unavailable | unknown
     say: str = ""  # code's sentence for the caller
+    field: str = ""  # status field: the value the business did not accept
     note: str = ""  # for the model, when it answers next (refused: look for alternatives)
     result: ToolResult | None = None
 
@@ -144,12 +146,15 @@ class Actions:
         if result.outcome == "unavailable":  # the server was unreachable: provably not done
             state.failed(f"not done ({action.action}): the tool server is unavailable")
             return WriteOutcome("unavailable", self.sentences.tool_unavailable, result=result)
-        if result.outcome in ("refused", "failed", "invalid"):  # the tool said no: nothing was done
-            reason = str(result.content.get("refused") or result.content.get("error") or result.outcome)
+        problem = classify(result, action.args, tool.spec.errors)
+        if problem.kind in ("refusal", "field"):  # the business said no, by its convention: nothing done
+            reason = error_text(result) or result.outcome
             state.failed(f"refused, nothing done: {action.action} ({reason})")
-            return WriteOutcome("refused", note=(
-                f"The system tried: {action.action}. It was refused ({reason}); nothing was done. Tell "
-                "the caller briefly and offer an alternative (look it up with a tool)."), result=result)
+            if problem.kind == "field":
+                return WriteOutcome("field", self.sentences.not_done, note=problem.say,
+                                    field=problem.field, result=result)
+            say = " ".join(filter(None, [self.sentences.not_done, problem.say]))
+            return WriteOutcome("refused", say, result=result)
         # A timeout without a safe retry, or a lost connection: the outcome is unknown. Never guess.
         state.failed(f"unknown outcome ({result.outcome}): {action.action}")
         return WriteOutcome("unknown", self.sentences.unknown_outcome, result=result)

@@ -48,6 +48,7 @@ from voicebot.brain.metrics import (
     LLM_FALLBACKS,
     LLM_TTFT_SECONDS,
     READINGS,
+    URGENT_TURNS,
 )
 from voicebot.brain.prefill import WordsPrefill, key_of
 from voicebot.brain.profile import Profile
@@ -62,6 +63,7 @@ from voicebot.brain.state import FormState, Outcome, PendingAction, SessionState
 from voicebot.brain.tasks import TaskError, build_tasks
 from voicebot.brain.toolcalls import ToolCall, new_call_id
 from voicebot.brain.tools import Dispatcher, ToolContext, ToolKind, ToolRegistry, ToolResult
+from voicebot.brain.urgent import UrgentCheck, UrgentScreen
 from voicebot.common.metrics import REDIS_ERRORS
 from voicebot.common.speech_text import speakable
 from voicebot.common.telemetry import tracer
@@ -70,6 +72,7 @@ from voicebot.v1 import brain_pb2
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 _END = object()
+URGENT = "urgent"  # the gate's verdict "by" for an urgent situation (``Agent._urgent_first``)
 
 
 class StaleRead(Exception):
@@ -97,6 +100,10 @@ class TurnRun:
     preface: str = ""
     # The task that write finished: the caller's words may change it (a new read-back).
     finished: FormState | None = None
+    # An urgent situation the profile names, recognised in the words (``urgent.py``): its
+    # sentence is the reply, and the state is the one the turn started from.
+    urgent: UrgentCheck | None = None
+    state_before: SessionState | None = None
 
     @property
     def state(self) -> SessionState:
@@ -139,13 +146,15 @@ class Agent:
         self.guard = guard
         self.clock = clock
         tasks = build_tasks(self.profile, self.tools)
-        self.forms = Forms(tasks, self.sentences, self.references, today)
+        self.forms = Forms(tasks, self.sentences, self.references, today,
+                           {spec.name: spec.errors for spec in self.tools.specs() if spec.errors})
         picker = IntentPicker(encoder, intent_examples(self.profile, tasks)) if encoder else None
         self.reader = Reader(chat, tasks, f"{self.profile.name}, {self.profile.purpose}", picker,
                              settings.reading_timeout_s, settings.llm_model)
         self.answers = Answers(knowledge, self.sentences, lambda: self.conversation.can_help(),
                                knowledge_tools(self.profile, self.tools), self.profile.knowledge.min_score)
         self.conversation = Conversation(self.profile, self.forms, self.reader, self.answers, today)
+        self.urgent = urgent_screen(self.profile, encoder, self.side_chat)
         self.words_prefill = WordsPrefill(self._prime_words, settings.prefill_on_words_max)
         self._background: set[asyncio.Task] = set()
 
@@ -239,6 +248,8 @@ class Agent:
         events: asyncio.Queue = asyncio.Queue()
         passed = asyncio.Event()
         guard = None
+        if self.urgent is not None:
+            turn.state_before = turn.state.model_copy(deep=True)
         if self.guard is not None and not self._skips_guard(turn):
             # The turn's model reading waits for the screen (a few ms; ``guard_screen_first``):
             # when the LLM must judge, the guard's call reaches the LLM server first and the two
@@ -248,11 +259,13 @@ class Agent:
             guard = asyncio.create_task(self.guard.check(request.text, request.language,
                                                          asking=turn.guard_asked.set))
             guard.add_done_callback(lambda _: turn.guard_asked.set())
-        else:
-            if not unconfirmed:
-                passed.set()
-            if self.guard is not None:
-                turn.record["guard"] = {"allowed": True, "reason": "dialogue act in an ongoing task"}
+        elif self.guard is not None:
+            turn.record["guard"] = {"allowed": True, "reason": "dialogue act in an ongoing task"}
+        if self.urgent is not None:
+            # Before anything else: the urgent check's verdict comes first, the guard's after it.
+            guard = asyncio.create_task(self._urgent_first(turn, guard))
+        if guard is None and not unconfirmed:
+            passed.set()
         cleared = asyncio.Event()  # the guard passed and the turn is committed: tools may run
         clearing = asyncio.create_task(self._clear(turn, passed, committed, cleared))
         main = asyncio.create_task(self._main(turn, cleared, events))
@@ -271,7 +284,12 @@ class Agent:
                 recorded = True  # nothing of this start happened: ``respond`` runs the turn again
                 raise
             await committed.wait()  # a preemptive turn stores nothing before its commit
-            if turn.record.get("guard", {}).get("allowed") is False:
+            if turn.urgent is not None:
+                outcome = "urgent"
+                final, recorded = await self._finish(turn, outcome)
+                if turn.urgent.situation is not None and turn.urgent.situation.handoff:
+                    yield self._urgent_handoff(turn)
+            elif turn.record.get("guard", {}).get("allowed") is False:
                 outcome = "blocked"
                 await self._store_blocked(turn)
             else:
@@ -452,6 +470,10 @@ class Agent:
         """The guard's verdict on a turn whose text it held: the block (and the turn's main loop
         cancelled), or ``passed`` set and the held text released. None: no guard was asked (the
         read made ahead is confirmed)."""
+        if verdict is not None and verdict.by == URGENT:
+            main.cancel()
+            yield self._urgent_reply(turn)
+            return
         if verdict is not None:
             turn.record["guard"] = {"allowed": verdict.allowed, "reason": verdict.reason,
                                     "by": verdict.by, "ms": round(verdict.seconds * 1000)}
@@ -462,6 +484,45 @@ class Agent:
         passed.set()
         yield from join_deltas(held)
         held.clear()
+
+    async def _urgent_first(self, turn: TurnRun, guard: asyncio.Task | None) -> GuardVerdict | None:
+        """The turn's gate with an urgent check: an urgent situation is the verdict (the guard is
+        not waited for); otherwise the guard's verdict, as without one."""
+        assert self.urgent is not None
+        check = await self.urgent.check(turn.request.text)
+        turn.record["urgent"] = check.record
+        if check.urgent:
+            if guard is not None:
+                guard.cancel()
+            turn.urgent = check
+            return GuardVerdict(False, f"urgent: {check.situation.name}", check.ms / 1000, by=URGENT)
+        return await guard if guard is not None else None
+
+    def _urgent_reply(self, turn: TurnRun) -> brain_pb2.RespondEvent:
+        """The situation's sentence is the whole reply; whatever the turn's own work changed of
+        the state is dropped, and nothing read back before it may run on a later yes."""
+        assert turn.urgent is not None and turn.urgent.situation is not None
+        situation = turn.urgent.situation
+        URGENT_TURNS.labels(situation.name).inc()
+        log.warning("urgent situation recognised", extra={"turn_id": turn.request.turn_id,
+                                                          "situation": situation.name})
+        if turn.state_before is not None:
+            turn.history.state = turn.state_before
+        turn.state.drop_pending()
+        text = speakable(situation.say)
+        turn.spoken = [text]
+        turn.record["decision"] = "urgent"
+        return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, delta=brain_pb2.TextDelta(text=text))
+
+    def _urgent_handoff(self, turn: TurnRun) -> brain_pb2.RespondEvent:
+        assert turn.urgent is not None and turn.urgent.situation is not None
+        reason = f"urgent_{turn.urgent.situation.name}"
+        summary = handoff_summary(turn.state, reason)
+        turn.state.handed_off()
+        HANDOFFS.labels(reason).inc()
+        turn.record["handoff"] = {"reason": reason, "summary": summary}
+        return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, handoff=brain_pb2.Handoff(
+            reason=reason, summary=summary))
 
     def _blocked(self, turn: TurnRun, verdict: GuardVerdict) -> brain_pb2.RespondEvent:
         GUARD_BLOCKS.inc()
@@ -571,14 +632,19 @@ class Agent:
         outcome = await self._execute(turn, action)
         if outcome.status == "unknown":
             await self.handoff(turn, events, "unknown_outcome", outcome.say)
+        elif outcome.status == "field" and turn.state.form is not None:
+            # A value the business did not accept: that field again, the others kept.
+            await self.say(turn, events, self.forms.ask_again(turn.state, outcome.field,
+                                                                 outcome.note or None))
         elif outcome.status == "refused" and self._finds_again(turn.state):
             # The business said no (the slot was just taken): nothing was done; code looks again
             # and offers what is possible now.
             step = await self.forms.advance(turn.state, turn.request.turn_id, read)
-            await self.say(turn, events, f"{self.sentences.not_done} {step.say}")
-        elif outcome.status == "refused":
+            await self.say(turn, events, f"{outcome.say or self.sentences.not_done} {step.say}")
+        elif outcome.status in ("refused", "field"):
             turn.state.form = None
-            await self.say(turn, events, f"{self.sentences.not_done} {self.sentences.anything_else}")
+            said = outcome.say or self.sentences.not_done
+            await self.say(turn, events, f"{said} {self.sentences.anything_else}")
         else:
             await self.say(turn, events, outcome.say)
 
@@ -688,6 +754,16 @@ class Agent:
                                         self._record_of(turn, outcome))
         except Exception:  # a lost record must not fail a turn
             log.exception("could not store the turn record")
+
+
+def urgent_screen(profile: Profile, encoder: SentenceEncoder | None,
+                  chat: ChatFunction) -> UrgentScreen | None:
+    """The profile's urgent check (None: it names no urgent situation)."""
+    if not profile.urgent.situations:
+        return None
+    if encoder is None:
+        raise TaskError("urgent: the sentence encoder is needed to recognise urgent situations")
+    return UrgentScreen(profile.urgent, encoder, f"{profile.name}, {profile.purpose}", chat)
 
 
 def knowledge_tools(profile: Profile, tools: ToolRegistry) -> dict[str, str | None]:

@@ -141,7 +141,8 @@ class Conversation:
         if reading.intent in self.forms.tasks and (state.form is None or reading.intent != state.form.task):
             state.drop_pending()
             return await self._start(state, text, turn_id, reading, read)
-        if answer is Answer.OTHER and (reading.intent == QUESTION or is_question(text)):
+        if answer in (Answer.OTHER, Answer.CHANGE) and (reading.intent == QUESTION or is_question(text)):
+            # "Before I say yes, where exactly are you?": answered, then the read-back again.
             decision = self._read_back_again(state, turn_id)
             decision.answer_question = text
             return decision
@@ -227,7 +228,7 @@ class Conversation:
         # A name is only worth the model's time when the words hold one ("..., Sam Lee, a rash",
         # "under lee").
         named = _NAME_LIKE.search(text) or _NAME_LEAD.search(text)
-        kinds = ("name", "text", "reference") if named else ("text", "reference")
+        kinds = ("name", "text", "code", "reference") if named else ("text", "code", "reference")
         unread = [f for f in self.forms.tasks[target].required()
                   if f.type in kinds and have.get(f.name) in (None, "")]
         if unread and words > 5:
@@ -244,6 +245,7 @@ class Conversation:
     async def _start(self, state: SessionState, text: str, turn_id: str, reading: Reading,
                      read: ReadTool) -> Decision:
         self.forms.start(state, reading.intent)
+        self.forms.carry(state, text)  # "for the same car": values of the call's earlier task
         # The call's metadata (a phone line's custom parameters) fills fields of the same name,
         # as data; what the caller says overrides it.
         self.forms.apply(state, {**self.call_context, **reading.values}, text)

@@ -23,11 +23,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from voicebot.brain.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
 from voicebot.brain.profile import Sentences
 from voicebot.brain.readback import default_action, join_words, render, sentence, spoken_value
 from voicebot.brain.references import References
 from voicebot.brain.state import FormState, Option, PendingAction, SessionState
 from voicebot.brain.tasks import FieldSpec, Finder, TaskSpec
+from voicebot.brain.tool_errors import classify
 from voicebot.brain.tools import ToolResult
 from voicebot.brain.values import match_choice, normalise, parse_time
 
@@ -49,8 +51,11 @@ class Step:
 
 class Forms:
     def __init__(self, tasks: dict[str, TaskSpec], sentences: Sentences, references: References,
-                 today: Callable[[], dt.date] = dt.date.today) -> None:
+                 today: Callable[[], dt.date] = dt.date.today,
+                 errors: dict[str, dict[str, Any]] | None = None) -> None:
         self.tasks = tasks
+        # Per tool, the profile's meanings of its errors (``mcp_servers[].tools.<t>.errors``).
+        self.errors = errors or {}
         self.sentences = sentences
         self.references = references
         self.today = today
@@ -65,6 +70,41 @@ class Forms:
         spec = self.tasks[task]
         state.form = FormState(task=task, values={k: v for k, v in old.items() if spec.field(k)})
         return state.form
+
+    def carry(self, state: SessionState, words: str) -> list[str]:
+        """Values from the call's earlier tasks: the fields the profile carries, and those the
+        caller names as "the same" ("for the same car and name"; "the same" alone: all)."""
+        form = state.form
+        if form is None or not state.given:
+            return []
+        spec = self.tasks[form.task]
+        wanted = set(spec.carry)
+        same = _SAME.search(words)
+        if same is not None:
+            nouns = set(re.findall(r"[a-z]+", (same["what"] or "").lower())) - _NOT_NOUNS
+            named = {f.name for f in spec.fields if nouns & _field_words(f)}
+            wanted |= named or {f.name for f in spec.fields}
+        carried = [name for name in wanted if name in state.given and form.values.get(name) in (None, "")]
+        for name in carried:
+            form.values[name] = state.given[name]
+        return carried
+
+    def ask_again(self, state: SessionState, name: str, said: str | None = None) -> str:
+        """A value the business's tool did not accept: dropped, and its question asked again
+        (after the business's own sentence when it gave one); the other values stay."""
+        form = state.form
+        assert form is not None
+        spec = self.tasks[form.task]
+        item = spec.field(name)
+        form.values.pop(name, None)
+        form.picked.pop(name, None)
+        form.options = []
+        form.asking = name if item is not None else ""
+        question = item.ask if item is not None else self.sentences.anything_else
+        spoken = name.replace("_", " ")
+        sentence_ = self.sentences.field_again.format(field=spoken, question="").strip() if said is None \
+            else said
+        return f"{sentence_} {question}".strip()
 
     def fields_of(self, state: SessionState) -> list[FieldSpec]:
         return list(self.tasks[state.form.task].fields) if state.form is not None else []
@@ -92,6 +132,10 @@ class Forms:
     def value_of(self, item: FieldSpec, raw: Any, state: SessionState) -> Any:
         if item.type == "reference":
             return self._reference(item, raw, state)
+        if item.type == "code":
+            return parse_code(str(raw), item.pattern) if raw is not None else None
+        if item.type == "text" and isinstance(raw, str):
+            raw = strip_lead(raw)  # "The plate is MN 7310." -> "MN 7310": only the value
         return normalise(item.type, raw, today=self.today(), between=item.between, choices=item.choices)
 
     def _reference(self, item: FieldSpec, raw: Any, state: SessionState) -> str | None:
@@ -161,8 +205,8 @@ class Forms:
         args = {arg: form.values[name] for arg, name in finder.args.items()
                 if form.values.get(name) not in (None, "")}
         result = await read(finder.tool, args)
-        if result.outcome in UNREACHABLE:
-            return Step(self.sentences.tool_unavailable, unreachable=True)
+        if result.outcome != "succeeded" and (said := self._tool_problem(state, finder.tool, result)):
+            return said
         items = items_of(result.content.get("result"), finder.items) if result.outcome == "succeeded" else []
         match = [i for i in items if all(_same(i.get(key), form.values.get(name))
                                          for key, name in finder.match.items())]
@@ -175,6 +219,23 @@ class Forms:
         if items:
             return self._offer(state, spec, finder, items)
         return self._nothing(state, spec, finder, result)
+
+    def _tool_problem(self, state: SessionState, tool: str, result: ToolResult) -> Step | None:
+        """A read-only tool's error, by rule (``tool_errors.py``): a value it did not accept is
+        asked again; a refusal is said and the first value asked again (None: as nothing found);
+        anything else is "I can't check that right now"."""
+        form = state.form
+        assert form is not None
+        spec = self.tasks[form.task]
+        problem = classify(result, [f.name for f in spec.fields], self.errors.get(tool))
+        if problem.kind == "field" and spec.field(problem.field) is not None:
+            return Step(self.ask_again(state, problem.field, problem.say or None))
+        if problem.kind == "refusal":
+            first = next((f for f in spec.fields if form.values.get(f.name) not in (None, "")), None)
+            if first is None or not problem.say:
+                return None
+            return Step(f"{problem.say} {self.ask_again(state, first.name, '')}")
+        return Step(self.sentences.tool_unavailable, unreachable=True)
 
     def _offer(self, state: SessionState, spec: TaskSpec, finder: Finder,
                items: list[dict[str, Any]]) -> Step:
@@ -278,6 +339,10 @@ class Forms:
             return entry.label if entry is not None else " ".join(str(value))
         if item is not None and item.spoken:
             return render(item.spoken, {"value": value})
+        if item is not None and item.type == "code":
+            return spoken_code(value)
+        if item is not None and item.type == "text":
+            return spoken_codes_in(str(value))
         return spoken_value(value)
 
     async def _look_up(self, state: SessionState, spec: TaskSpec, read: ReadTool) -> Step:
@@ -286,12 +351,13 @@ class Forms:
         args = {name: self._argument(spec.field(name), form.values[name], state)
                 for name in spec.arguments if form.values.get(name) not in (None, "")}
         result = await read(spec.name, args)
-        if result.outcome in UNREACHABLE:
-            return Step(self.sentences.tool_unavailable, unreachable=True)
+        if result.outcome != "succeeded" and (said := self._tool_problem(state, spec.name, result)):
+            return said
         value = result.content.get("result") if result.outcome == "succeeded" else None
         items = items_of(value, "")
         if isinstance(value, dict) and not any(isinstance(v, list) for v in value.values()):
             items = [value]  # one record, not a list of them
+        state.keep_given()
         state.form = None
         if not items:
             question = spec.ask_any or self.sentences.anything_else
@@ -308,6 +374,23 @@ class Forms:
         shown = [spoken_value(v) for k, v in item.items() if not k.endswith("_id")
                  and k not in self.references.hidden and isinstance(v, str | int)]
         return ", ".join(shown[:5])
+
+
+# "the same car and name", "same as before", "that day too": values from the call's earlier task.
+_SAME = re.compile(r"\b(?:(?:the\s+)?same\b(?P<what>(?:\s+(?:and\s+)?(?!as\b)[a-z']+){0,4})|as before|"
+                   r"as last time|that day too)", re.I)
+_NOT_NOUNS = frozenset("and the a for with as please one again too details".split())
+
+
+def _field_words(item: FieldSpec) -> set[str]:
+    """Words that name a field: its own name's, its type's, and those of its question."""
+    words = set(item.name.lower().split("_")) | {item.type}
+    words |= set(re.findall(r"[a-z]+", f"{item.ask} {item.description}".lower())) - _QUESTION_WORDS
+    return words
+
+
+_QUESTION_WORDS = frozenset("what which is the your you would like to for of a an in on at it "
+                            "please and or do does".split())
 
 
 def items_of(value: Any, key: str) -> list[dict[str, Any]]:

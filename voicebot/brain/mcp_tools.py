@@ -81,7 +81,7 @@ def apply_override(spec: ToolSpec, override: Any | None, server: str = "") -> To
             changes["timeout_s"] = override.timeout_s
         if override.retries is not None:
             changes["retry_delays_s"] = tuple(0.5 * 2 ** i for i in range(override.retries))
-        for name in ("title", "read_back", "done", "only_known"):
+        for name in ("title", "read_back", "done", "only_known", "errors"):
             if getattr(override, name, None):
                 changes[name] = getattr(override, name)
     return dataclasses.replace(spec, **changes)

@@ -24,3 +24,8 @@ KNOWLEDGE_ANSWERS = Counter("voicebot_knowledge_answers_total", "Questions answe
 # Searches started on the caller's words so far (Brain.Prefill), before the endpoint.
 KNOWLEDGE_PREFETCHES = Counter("voicebot_knowledge_prefetches_total", "Knowledge searches started early")
 HANDOFFS = Counter("voicebot_handoffs_total", "Calls handed to a human", ["reason"])
+# The urgent check (urgent.py): by "screen", "model" or "model-failed"; result urgent or not_urgent.
+URGENT_CHECKS = Counter("voicebot_urgent_checks_total", "Turns checked for urgent situations",
+                        ["by", "result"])
+URGENT_TURNS = Counter("voicebot_urgent_turns_total", "Turns answered with an urgent situation's sentence",
+                       ["situation"])

@@ -15,16 +15,18 @@ in before validation, so one profile serves a laptop, compose and Kubernetes.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from voicebot.brain.knowledge import KnowledgeSettings, load_passages
 
+log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 # The demo businesses, each a folder: profile.yaml, knowledge.md and its MCP server.
 EXAMPLES_DIR = ROOT / "examples"
@@ -65,6 +67,8 @@ class Sentences(_Strict):
     anything_else: str = "Is there anything else I can help with?"
     goodbye: str = "Thank you for calling. Goodbye!"
     not_done: str = "Sorry, that didn't go through, so nothing was done."
+    # A value the business's tool did not accept: that field is asked again, the others kept.
+    field_again: str = "Sorry, that {field} was not accepted. {question}"
     # A turn that could not wait any longer for the caller's last request to finish.
     still_working: str = "One moment, I'm still working on your last request. Please say that again."
 
@@ -99,6 +103,21 @@ class GuardSettings(_Strict):
     screen: ScreenSettings = Field(default_factory=ScreenSettings)
 
 
+class ErrorRule(_Strict):
+    """What one error of a tool means (``mcp_servers[].tools.<tool>.errors``), for servers whose
+    messages do not follow the convention (``tool_errors.py``)."""
+
+    kind: Literal["refusal", "field", "transient", "unknown"] = "field"
+    field: str | None = None  # kind field: the field asked again
+    say: str | None = None  # the sentence the caller hears (a refusal's reason; a field's request)
+
+    @model_validator(mode="after")
+    def _field_named(self) -> ErrorRule:
+        if self.kind == "field" and not self.field:
+            raise ValueError("an error of kind field names the field to ask again (field: ...)")
+        return self
+
+
 class ToolOverride(_Strict):
     """Per-tool settings over what the MCP server's listing says."""
 
@@ -114,6 +133,8 @@ class ToolOverride(_Strict):
     # A reference field: list items of the result that this conversation does not know yet are
     # dropped (a lookup by name must not reveal other people's records).
     only_known: str | None = None
+    # The tool's own error codes (or words its errors contain) -> what they mean.
+    errors: dict[str, ErrorRule] = Field(default_factory=dict)
 
 
 class LocalLaunch(_Strict):
@@ -151,7 +172,7 @@ class ReferenceKind(_Strict):
     label: str  # a template over the item holding the id, e.g. "{weekday}, {day:date} at {time:time}"
 
 
-FieldType = Literal["date", "time", "integer", "number", "name", "text", "choice", "reference"]
+FieldType = Literal["date", "time", "integer", "number", "name", "text", "code", "choice", "reference"]
 
 
 class FieldSettings(_Strict):
@@ -196,13 +217,59 @@ class TaskSettings(_Strict):
     found: str | None = None  # a lookup: how each item found reads ("{weekday} at {time:time}")
     # A lookup's question when nothing is given: the reference or the name to look up by.
     ask_any: str | None = None
+    # Fields this task takes from an earlier task of the call without asking (the caller's
+    # name); the read-back still says them. Others carry when the caller says "the same".
+    carry: list[str] = Field(default_factory=list)
+
+
+class UrgentSituation(_Strict):
+    """A situation the business names as urgent (an emergency at a clinic, a gas smell at a
+    plumber's): recognised in any phrasing before anything else in the turn (``urgent.py``),
+    and answered with the business's own sentence."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    # The situation in words, for the model's check: "the caller or someone with them has a
+    # medical emergency now: chest pain, trouble breathing, ...".
+    describe: str = Field(min_length=3)
+    # How callers say it: the quick screen compares every turn with these.
+    examples: list[str] = Field(min_length=1)
+    say: str = Field(min_length=1)  # what the bot says, before anything else
+    handoff: bool = False  # and then the call goes to a person
+
+    @field_validator("say", "describe")
+    @classmethod
+    def _not_blank(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("must not be blank")
+        return text
+
+
+class UrgentSettings(_Strict):
+    """``urgent:`` in a profile. A turn whose words are at least ``sure_above`` close (cosine) to
+    a situation's example is urgent at once; one below ``ask_above`` to every example is not;
+    in between, the model reads it under a grammar (one label: a situation or none).
+    ``routine``: what callers of this business say that sounds close but is not urgent (a
+    past symptom, a routine check): a turn nearer to these than to any situation is not
+    urgent unless the model says it is."""
+
+    situations: list[UrgentSituation] = Field(default_factory=list)
+    routine: list[str] = Field(default_factory=list)
+    sure_above: float = Field(0.8, gt=0, le=1)
+    ask_above: float = Field(0.35, ge=0, lt=1)
+
+    @field_validator("situations")
+    @classmethod
+    def _unique_names(cls, situations: list[UrgentSituation]) -> list[UrgentSituation]:
+        names = [s.name for s in situations]
+        if len(names) != len(set(names)):
+            raise ValueError(f"situation names must be unique, got {names}")
+        return situations
 
 
 class Profile(_Strict):
     name: str = "Joe"
     purpose: str = "answering questions"
     languages: list[str] = Field(default_factory=lambda: ["en"], min_length=1)
-    instructions: str = ""  # extra lines for the system prompt (business facts, style)
     # What callers talk about, for the speech recogniser (STT_CONTEXT; make run passes it):
     # a sentence naming the business's topics and its own words (dishes, streets, names).
     stt_context: str = Field("", max_length=600)
@@ -214,6 +281,7 @@ class Profile(_Strict):
     hidden_fields: list[str] = Field(default_factory=list)
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
+    urgent: UrgentSettings = Field(default_factory=UrgentSettings)
     # Where the profile file is: knowledge files are read relative to it.
     base_dir: str = ""
 
@@ -277,6 +345,12 @@ def check_knowledge_files(profile: Profile, where: str) -> None:
 def parse_profile(raw: Any, where: str = "profile") -> Profile:
     if not isinstance(raw, dict):
         raise ProfileError(f"{where}: the top level must be a mapping of fields")
+    if "instructions" in raw:
+        # Code runs the conversation and the model only reads, so free-form instructions had no
+        # reader: what they held belongs in ``knowledge`` (facts) or ``urgent`` (emergencies).
+        raw = {k: v for k, v in raw.items() if k != "instructions"}
+        log.warning("%s: 'instructions' is not read (the brain follows its tasks in code): put "
+                    "facts in knowledge and emergencies under urgent; the key is ignored", where)
     try:
         return Profile.model_validate(expand_env(raw))
     except ValidationError as exc:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from voicebot.brain.codes import code_pieces, parse_code
 from voicebot.brain.confirm import Answer, answer_to_read_back
 from voicebot.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from voicebot.brain.metrics import LLM_CALL_SECONDS, LLM_TOKENS
@@ -149,6 +150,8 @@ def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
             return text
         said = _NAME_SAID.search(text)
         return said[1] if said and parse_name(said[1]) else None
+    if item.type == "code" and bare:
+        return text if parse_code(text, item.pattern) is not None else None
     if item.type in ("text", "reference") and bare and _free_answer(text):
         return text
     return None
@@ -224,7 +227,9 @@ class Reader:
                                      if k in ("input_tokens", "output_tokens") and v is not None})
         intent = data.get("intent") if data.get("intent") in (*self.tasks, QUESTION, OTHER) else OTHER
         values = {f.name: data.get(f.name) for f in fields if data.get(f.name) not in (None, "")}
-        copied = {name: value for name, value in values.items() if said_in(value, text)}
+        codes = {f.name for f in fields if f.type == "code"}
+        copied = {name: value for name, value in values.items()
+                  if (code_said_in(value, text) if name in codes else said_in(value, text))}
         if len(copied) < len(values):  # a schema makes a small model fill every key: "John Doe"
             record["not_said"] = sorted(set(values) - set(copied))
         return Reading(intent, copied, "model", record)
@@ -239,6 +244,13 @@ def said_in(value: Any, text: str) -> bool:
     heard = set(re.findall(r"[a-z0-9]+", digits(text.lower())))
     words = [w for w in re.findall(r"[a-z0-9]+", digits(str(value).lower())) if w not in _FILLER]
     return bool(words) and all(w in heard for w in words)
+
+
+def code_said_in(value: Any, text: str) -> bool:
+    """A code the model copied is one the caller read out, in whatever pieces ("M N seven three
+    one zero" holds "MN7310")."""
+    code = "".join(code_pieces(str(value)))
+    return bool(code) and code in "".join(code_pieces(text))
 
 
 def count_tokens(usage: dict[str, Any]) -> dict[str, Any]:
@@ -281,6 +293,7 @@ def reading_system(business: str, tasks: dict[str, TaskSpec], fields: list[Field
 
 def _field_hint(item: FieldSpec) -> str:
     hints = {"date": "the day", "time": "the clock time", "integer": "a number", "number": "a number",
-             "name": "a person's name", "reference": "a booking reference code"}
+             "name": "a person's name", "reference": "a booking reference code",
+             "code": "the code exactly as spelled"}
     hint = hints.get(item.type, item.description or item.name.replace("_", " "))
     return f"{hint} ({', '.join(item.choices)})" if item.choices else hint

@@ -82,6 +82,9 @@ class SessionState(BaseModel):
     misunderstood: int = 0
     last_outcome: str = ""
     form: FormState | None = None
+    # What the caller gave for tasks of this call that ended (field -> value): a later task takes
+    # them when the caller says so ("the same car") or the profile carries the field.
+    given: dict[str, Any] = Field(default_factory=dict)
 
     # ---- transitions -------------------------------------------------------
     def start_turn(self) -> None:
@@ -114,8 +117,14 @@ class SessionState(BaseModel):
 
     def completed(self, outcome: str) -> None:
         """After a write: nothing pending, nothing collected left to propose again."""
+        self.keep_given()
         self.pending, self.running, self.task, self.form = None, None, {}, None
         self.mode, self.misunderstood, self.last_outcome = Mode.DONE, 0, outcome
+
+    def keep_given(self) -> None:
+        """The task's values, kept for later tasks of the call."""
+        if self.form is not None:
+            self.given.update({k: v for k, v in self.form.values.items() if v not in (None, "")})
 
     def failed(self, outcome: str) -> None:
         self.pending, self.running, self.last_outcome = None, None, outcome

@@ -29,13 +29,14 @@ from voicebot.brain.tools import ToolKind, ToolRegistry, ToolSpec
 @dataclass(frozen=True)
 class FieldSpec:
     name: str
-    type: str  # date | time | integer | number | name | text | choice | reference
+    type: str  # date | time | integer | number | name | text | code | choice | reference
     ask: str
     required: bool
     choices: tuple[str, ...] = ()
     between: tuple[str, str] | None = None
     spoken: str = ""
     description: str = ""
+    pattern: str = ""  # the schema's pattern for a code ("^[A-Z]{2} ?[0-9]{4}$")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class TaskSpec:
     ask_any: str = ""
     examples: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    carry: tuple[str, ...] = ()  # fields taken from earlier tasks of the call without asking
+    schema: dict[str, Any] = field(default_factory=dict)  # the tool's input schema
 
     def field(self, name: str) -> FieldSpec | None:
         return next((f for f in self.fields if f.name == name), None)
@@ -113,12 +116,16 @@ def _task(spec: ToolSpec, settings: TaskSettings, specs: dict[str, ToolSpec], pr
                     specs[finder.tool].parameters.get("required") or ())
                 fields[field_name] = _field(field_name, prop, FieldSettings(), needed, profile)
     arguments = tuple(n for n in properties if n in fields and n not in found)
+    missing = [name for name in settings.carry if name not in fields]
+    if missing:
+        raise TaskError(f"tasks.{spec.name}.carry: the task has no field {', '.join(missing)}")
     return TaskSpec(
         name=spec.name, title=_title(spec, settings), lookup=lookup, fields=tuple(fields.values()),
         finders=tuple(finders), arguments=arguments,
         read_back=settings.read_back or spec.read_back, done=settings.done or spec.done,
         found=settings.found or "", ask_any=settings.ask_any or "",
-        examples=tuple(settings.examples) or _default_examples(spec, settings))
+        examples=tuple(settings.examples) or _default_examples(spec, settings),
+        carry=tuple(settings.carry), schema=dict(spec.parameters))
 
 
 def _properties(spec: ToolSpec) -> dict[str, dict[str, Any]]:
@@ -207,7 +214,8 @@ def _field(name: str, prop: dict[str, Any], extra: FieldSettings, required: bool
         ask = f"What is the {spoken_name}?"
     return FieldSpec(name=name, type=kind, ask=ask, required=extra.required if extra.required is not None
                      else required, choices=choices, between=extra.between, spoken=extra.spoken or "",
-                     description=str(prop.get("description", "")))
+                     description=str(prop.get("description", "")),
+                     pattern=str(prop.get("pattern", "")) if not listed else "")
 
 
 def _kind(name: str, prop: dict[str, Any], choices: tuple[str, ...], profile: Profile) -> str:
@@ -228,6 +236,8 @@ def _kind(name: str, prop: dict[str, Any], choices: tuple[str, ...], profile: Pr
         return "time"
     if name in profile.references:
         return "reference"
+    if prop.get("pattern"):  # a plate, a member number: read and spoken character by character
+        return "code"
     if name == "name" or name.endswith("_name") or "name" in description.split()[:3]:
         return "name"
     return "text"

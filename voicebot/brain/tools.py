@@ -49,6 +49,7 @@ class ToolSpec:
     read_back: str = ""  # template of the action's read-back (readback.py)
     done: str = ""  # template of the sentence after the write succeeded
     only_known: str = ""  # a reference field: list items the session does not know are dropped
+    errors: dict[str, Any] = field(default_factory=dict, hash=False)  # the profile's ErrorRules
     server: str = ""  # the MCP server it comes from
 
     def definition(self, parameters: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -17,6 +17,4 @@ def system_prompt(profile: Profile) -> str:
         "Use the tools to look things up and to carry out what the caller asks; "
         "the system asks the caller to confirm before anything is changed."
     )
-    if profile.instructions.strip():
-        prompt += " " + " ".join(profile.instructions.split())
     return prompt
