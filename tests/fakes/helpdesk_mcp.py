@@ -4,7 +4,8 @@ Different tool names and shapes from the restaurant: ``search_articles`` and
 ``my_tickets`` (read-only), ``open_ticket`` (a write with an idempotency key,
 annotated) and ``close_ticket`` (no annotations at all: a write by default).
 Every call is recorded; ``plan`` injects failures per tool ("timeout": the
-answer comes too late, "refuse": a business refusal). It speaks real MCP over
+answer comes too late, "refuse": a business refusal, "error:<text>": a tool error with
+that text). It speaks real MCP over
 streamable HTTP on a random port, so the brain's real MCP client is exercised.
 """
 
@@ -91,6 +92,8 @@ class Helpdesk:
             await asyncio.sleep(3.0)
         if action == "refuse":
             return _error("refused: the queue is closed for the weekend")
+        if action.startswith("error:"):  # the tool's own error text, as the server writes it
+            return _error(action.removeprefix("error:"))
         return None
 
     def server(self) -> MCPServer:

@@ -40,6 +40,7 @@ NONE = "none"
 # Sentence and clause ends in any script: "…, I'm having chest pain right now."
 _CLAUSE_END = re.compile(r"(?<=[.?!;:,。？！、])\s*")
 MIN_CLAUSE_CHARS = 8
+_ABBREVIATION = re.compile(r"(?:^|\s)[A-Z][a-z]{0,2}\.$")  # "Dr.", "St.", "Mr.": not a sentence end
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,12 @@ class UrgentCheck:
 
 def clauses(text: str) -> list[str]:
     """The whole turn, then each sentence or clause long enough to mean something alone."""
-    parts = [part.strip() for part in _CLAUSE_END.split(text.strip())]
+    parts: list[str] = []
+    for part in (p.strip() for p in _CLAUSE_END.split(text.strip())):
+        if parts and _ABBREVIATION.search(parts[-1]):  # "Dr. Kim" is not two clauses
+            parts[-1] = f"{parts[-1]} {part}"
+        else:
+            parts.append(part)
     found = [text.strip()]
     for part in parts:
         if len(part) >= MIN_CLAUSE_CHARS and part not in found:
