@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-v2v bench-turns clean
+.PHONY: run test setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-urgent bench-v2v bench-turns clean
 
 # make run needs the runtime only; make test (and the benchmarks) add the test tools.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -60,6 +60,11 @@ bench-knowledge: setup-dev
 ## The topic guard's block rates on tests/guard_corpora with the real model.
 bench-guard: setup-dev
 	$(PY) -m bench.guard $(ARGS)
+
+## Emergencies in callers' own words and ordinary symptoms at the clinic, typed (and spoken with
+## ARGS=--spoken): every emergency must get the urgent sentence first, ordinary turns must not.
+bench-urgent: setup-dev
+	$(PY) -m bench.urgent $(ARGS)
 
 ## Voice to voice at the client through the stack make run starts: spoken questions, guard on
 ## and off, and booking changes through the model; per-stage p50/p95, table and JSON.

@@ -93,7 +93,7 @@ async def test_a_label_outside_the_schema_is_no_situation(encoder):
 
 
 async def test_a_model_that_cannot_answer_errs_on_the_side_of_urgent_when_nearer_a_situation(encoder):
-    near = await screen(encoder, ScriptedChat(None), sure_above=0.99, ask_above=0.1).check(
+    near = await screen(encoder, ScriptedChat(None), sure_above=0.99, near_above=0.99, ask_above=0.1).check(
         "My chest hurts a lot.")
     routine = await screen(encoder, ScriptedChat(None), sure_above=0.99, ask_above=0.1).check(
         "I'd like to book a visit about my back pain next week.")
@@ -102,11 +102,27 @@ async def test_a_model_that_cannot_answer_errs_on_the_side_of_urgent_when_nearer
 
 
 async def test_a_slow_model_is_not_waited_for_past_the_timeout(encoder):
-    slow = screen(encoder, ScriptedChat("none", delay_s=5.0), sure_above=0.99, ask_above=0.1)
+    slow = screen(encoder, ScriptedChat("none", delay_s=5.0), sure_above=0.99, near_above=0.99, ask_above=0.1)
     started = asyncio.get_running_loop().time()
     check = await slow.check("My chest hurts a lot.")
     assert asyncio.get_running_loop().time() - started < 3.0  # timeout 0.5 s, with margin
     assert check.by == "model-failed"
+
+
+async def test_clearly_nearer_a_situation_than_anything_routine_is_urgent_without_the_model(encoder):
+    chat = ScriptedChat("none")
+    check = await screen(encoder, chat, sure_above=0.99, near_above=0.5, margin=0.2).check(
+        "My chest hurts a lot.")
+    assert check.urgent and check.by == "screen" and check.score - check.routine_score >= 0.2
+    assert chat.asked == []
+
+
+async def test_the_model_reads_the_clause_nearest_a_situation(encoder):
+    chat = ScriptedChat("emergency")
+    text = "Could I come in this afternoon with Dr. Kim? My wife collapsed and I can't wake her."
+    await screen(encoder, chat, sure_above=0.99, near_above=0.99, ask_above=0.1).check(text)
+    [(messages, _)] = chat.asked
+    assert messages[-1]["content"] == "The caller said: My wife collapsed and I can't wake her."
 
 
 async def test_an_emergency_in_the_second_half_of_a_booking_request_is_found(encoder):

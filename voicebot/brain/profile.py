@@ -246,7 +246,8 @@ class UrgentSituation(_Strict):
 
 class UrgentSettings(_Strict):
     """``urgent:`` in a profile. A turn whose words are at least ``sure_above`` close (cosine) to
-    a situation's example is urgent at once; one below ``ask_above`` to every example is not;
+    a situation's example (or ``near_above`` and clearly nearer than to anything routine) is
+    urgent at once; one below ``ask_above`` to every example is not;
     in between, the model reads it under a grammar (one label: a situation or none).
     ``routine``: what callers of this business say that sounds close but is not urgent (a
     past symptom, a routine check): a turn nearer to these than to any situation is not
@@ -256,6 +257,10 @@ class UrgentSettings(_Strict):
     routine: list[str] = Field(default_factory=list)
     sure_above: float = Field(0.8, gt=0, le=1)
     ask_above: float = Field(0.35, ge=0, lt=1)
+    # Also urgent without the model: at least ``near_above`` to a situation's example and
+    # ``margin`` more than to any routine one (only with ``routine`` examples).
+    near_above: float = Field(0.6, gt=0, le=1)
+    margin: float = Field(0.25, ge=0, lt=1)
 
     @field_validator("situations")
     @classmethod

@@ -77,7 +77,10 @@ def urgent_prompt(business: str, situations: list[UrgentSituation]) -> str:
     lines = "\n".join(f"- {s.name}: {' '.join(s.describe.split())}" for s in situations)
     return (f"You check what a caller to {business} says for an urgent situation happening now. "
             f"Write compact JSON with one key, situation, one of:\n{lines}\n"
-            f"- {NONE}: anything else (a booking, a routine or past problem, a question)")
+            f"- {NONE}: anything else: a booking or a question, or a problem that is mild, "
+            f"long-standing, routine or in the past\n"
+            f"A situation counts when the caller describes it happening now, in any words, even "
+            f"when they also ask for something else.")
 
 
 class UrgentScreen:
@@ -93,25 +96,34 @@ class UrgentScreen:
         self._routine = encoder.encode(list(settings.routine)) if settings.routine else None
         self.system = urgent_prompt(business, self.situations)
 
-    def screen(self, text: str) -> tuple[UrgentSituation, float, float]:
-        """The nearest situation, its score, and the nearest routine example's score."""
-        vectors = self.encoder.encode(clauses(text))
+    def screen(self, text: str) -> tuple[UrgentSituation, float, float, str]:
+        """The nearest situation, its score, the nearest routine example's score, and the part of
+        the words (the whole turn or one clause) nearest to the situation."""
+        parts = clauses(text)
+        vectors = self.encoder.encode(parts)
         scores = vectors @ self._examples.T  # clause x example
-        best = int(np.argmax(scores.max(axis=0)))
-        score = float(scores.max())
+        row, column = np.unravel_index(int(np.argmax(scores)), scores.shape)
         routine = float((vectors @ self._routine.T).max()) if self._routine is not None else 0.0
-        return self._owner[best], score, routine
+        return self._owner[int(column)], float(scores[row, column]), routine, parts[int(row)]
+
+    def _sure(self, score: float, routine: float) -> bool:
+        settings = self.settings
+        if score >= settings.sure_above:
+            return True
+        return self._routine is not None and score >= settings.near_above and score - routine >= settings.margin
 
     async def check(self, text: str) -> UrgentCheck:
         started = time.perf_counter()
         if not text.strip():
             return UrgentCheck(None, 0.0, 0.0, "screen")
-        nearest, score, routine = await asyncio.to_thread(self.screen, text)
-        if score >= self.settings.sure_above:
+        nearest, score, routine, part = await asyncio.to_thread(self.screen, text)
+        if self._sure(score, routine):
             return self._checked(nearest, score, routine, "screen", started)
         if score < self.settings.ask_above or self.chat is None:
             return self._checked(None, score, routine, "screen", started)
-        label, failed = await self._model_label(text)
+        # The clause nearest a situation, alone: "Could I come in today? My wife collapsed." is
+        # read for the collapse, not for the booking around it.
+        label, failed = await self._model_label(part)
         if failed:  # unsure and unread: nearer a situation than anything routine is urgent
             return self._checked(nearest if score > routine else None, score, routine, "model-failed",
                                  started)
