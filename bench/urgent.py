@@ -71,7 +71,8 @@ def cases(limit: int | None) -> list[tuple[str, str, bool]]:
     return rows + [("ordinary", text, False) for text in data["ordinary"][:limit]]
 
 
-async def run(ws_url: str, sentences: list[str], limit: int | None, with_speech: bool) -> list[dict[str, Any]]:
+async def run(ws_url: str, sentences: list[str], limit: int | None,
+              with_speech: bool) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     todo = cases(limit)
     for kind, text, urgent in todo:
@@ -125,15 +126,16 @@ async def main_async(args: argparse.Namespace) -> int:
         _, gateway = start_brain_and_gateway(
             stack, redis_url=redis_url_for(port), llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt,
             tts=tts, brain_env={**brain_env, **llm_env}, name="clinic-urgent")
-        rows = await run(f"ws://127.0.0.1:{gateway.ready['http']}/v1/call", sentences, args.limit, args.spoken)
+        ws_url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
+        rows = await run(ws_url, sentences, args.limit, args.spoken)
     finally:
         stack.stop()
     table = summary(rows)
     print("\n| mode | kind | cases | urgent sentence said | right | reply p50 s | reply p95 s |")
     print("|---|---|---|---|---|---|---|")
     for row in table:
-        print(f"| {row['mode']} | {row['kind']} | {row['cases']} | {row['urgent_sentence']} | {row['right']:.0%} "
-              f"| {row['reply_s_p50']} | {row['reply_s_p95']} |")
+        print(f"| {row['mode']} | {row['kind']} | {row['cases']} | {row['urgent_sentence']} "
+              f"| {row['right']:.0%} | {row['reply_s_p50']} | {row['reply_s_p95']} |")
     print(json.dumps({"bench": "urgent", "results": table}, indent=2))
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -4,7 +4,10 @@ The convention for a business's MCP server: a tool error's text starts with a co
 a colon.
 
 - ``refused: <sentence>``: a business refusal ("refused: the garage is closed on
-  Sundays"); nothing was done, the sentence is said to the caller.
+  Sundays"); nothing was done, the sentence is said to the caller (``refused: <code>: ...``,
+  a code and a note for the logs, is a refusal too, with nothing of it said);
+- ``invalid: ...``: the server checked the input and did nothing; when the first word is
+  one of the tool's arguments (``invalid: plate: ...``) that field is asked again.
 - ``<field>: ...`` or ``invalid_<field>: ...``, where ``<field>`` is one of the tool's
   arguments: that value was wrong ("invalid_plate: not a plate number"); the field is
   asked again and the other values are kept.
@@ -59,9 +62,16 @@ def classify(result: ToolResult, fields: Iterable[str], rules: Mapping[str, Any]
     ruled = _by_rule(code, text, rules or {})
     if ruled is not None:
         return ruled
-    if code.lower() == "refused" or result.outcome == "refused":
-        return ToolProblem("refusal", say=_sentence(rest), code="refused")
     names = set(fields)
+    if code.lower() == "refused" or result.outcome == "refused":
+        inner = _CODE.match(rest)
+        if inner is not None and " " not in inner[1]:  # "refused: slot_taken: ...": a note, not a sentence
+            return ToolProblem("refusal", code=inner[1])
+        return ToolProblem("refusal", say=_sentence(rest), code="refused")
+    if code.lower() == "invalid":  # the server checked the input and did nothing
+        first = re.match(r"[\w.-]+", rest)
+        field = _field_named(first[0], names) if first else ""
+        return ToolProblem("field", field=field, code=code) if field else ToolProblem("refusal", code=code)
     field = _field_named(code, names)
     if field:
         return ToolProblem("field", field=field, code=code)

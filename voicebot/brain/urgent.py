@@ -110,7 +110,8 @@ class UrgentScreen:
         settings = self.settings
         if score >= settings.sure_above:
             return True
-        return self._routine is not None and score >= settings.near_above and score - routine >= settings.margin
+        clear = score >= settings.near_above and score - routine >= settings.margin
+        return self._routine is not None and clear
 
     async def check(self, text: str) -> UrgentCheck:
         started = time.perf_counter()
