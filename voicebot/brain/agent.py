@@ -154,7 +154,7 @@ class Agent:
         self.answers = Answers(knowledge, self.sentences, lambda: self.conversation.can_help(),
                                knowledge_tools(self.profile, self.tools), self.profile.knowledge.min_score)
         self.conversation = Conversation(self.profile, self.forms, self.reader, self.answers, today)
-        self.urgent = urgent_screen(self.profile, encoder, self.side_chat)
+        self.urgent = urgent_screen(self.profile, encoder, self.side_chat, settings.urgent_timeout_s)
         self.words_prefill = WordsPrefill(self._prime_words, settings.prefill_on_words_max)
         self._background: set[asyncio.Task] = set()
 
@@ -756,14 +756,14 @@ class Agent:
             log.exception("could not store the turn record")
 
 
-def urgent_screen(profile: Profile, encoder: SentenceEncoder | None,
-                  chat: ChatFunction) -> UrgentScreen | None:
+def urgent_screen(profile: Profile, encoder: SentenceEncoder | None, chat: ChatFunction,
+                  timeout_s: float = 4.0) -> UrgentScreen | None:
     """The profile's urgent check (None: it names no urgent situation)."""
     if not profile.urgent.situations:
         return None
     if encoder is None:
         raise TaskError("urgent: the sentence encoder is needed to recognise urgent situations")
-    return UrgentScreen(profile.urgent, encoder, f"{profile.name}, {profile.purpose}", chat)
+    return UrgentScreen(profile.urgent, encoder, f"{profile.name}, {profile.purpose}", chat, timeout_s)
 
 
 def knowledge_tools(profile: Profile, tools: ToolRegistry) -> dict[str, str | None]:
