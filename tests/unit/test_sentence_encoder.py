@@ -80,3 +80,19 @@ def test_an_encode_leaves_no_blas_threads_spinning():
                           cwd=ROOT, check=True)
     idle_cpu_ms = float(done.stdout.strip().splitlines()[-1])
     assert idle_cpu_ms < 30, idle_cpu_ms  # spinning threads: ~100 ms of the 400
+
+
+def test_the_caching_encoder_encodes_each_text_once_and_gives_the_same_rows():
+    from tests.fakes.encoders import BagOfWordsEncoder
+    from voicebot.brain.sentence_encoder import CachingEncoder
+
+    inner = BagOfWordsEncoder()
+    cached = CachingEncoder(inner, size=3)
+    first = cached.encode(["a table for two", "parking"])
+    again = cached.encode(["parking", "a table for two", "parking"])
+    assert inner.calls == [["a table for two", "parking"]]
+    assert np.array_equal(again[1], first[0]) and np.array_equal(again[0], first[1])
+    assert np.array_equal(again[2], inner.encode(["parking"])[0])
+    cached.encode(["one", "two", "three"])  # the oldest rows make room
+    cached.encode(["a table for two"])
+    assert inner.calls[-1] == ["a table for two"]

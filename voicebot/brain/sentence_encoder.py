@@ -13,7 +13,9 @@ guard's LLM prefill takes every core of a small CPU machine for a noticeable par
 from __future__ import annotations
 
 import math
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,36 @@ class SentenceEncoder(ABC):
 
     @abstractmethod
     def encode(self, texts: list[str]) -> np.ndarray: ...
+
+
+class CachingEncoder(SentenceEncoder):
+    """An encoder that remembers the last texts it embedded: one turn's words go through the
+    task picker, the guard's screen, the knowledge search and the urgent check, and are
+    encoded once. Rows already known are taken from the cache; the rest in one call."""
+
+    def __init__(self, inner: SentenceEncoder, size: int = 512) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.languages = inner.languages
+        self.size = size
+        self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # encode runs on worker threads too
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            found = {t: self._rows[t] for t in texts if t in self._rows}
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        if missing:
+            found.update(zip(missing, self.inner.encode(missing), strict=True))
+            with self._lock:
+                for text in missing:
+                    self._rows[text] = found[text]
+                    self._rows.move_to_end(text)
+                while len(self._rows) > self.size:
+                    self._rows.popitem(last=False)
+        if not texts:
+            return self.inner.encode([])
+        return np.stack([found[t] for t in texts])
 
 
 def packaged_minilm_dir() -> Path:

@@ -23,7 +23,7 @@ from voicebot.brain.guard_screen import ExampleScreen
 from voicebot.brain.knowledge import KnowledgeIndex, open_knowledge
 from voicebot.brain.llm import OpenAIChatClient
 from voicebot.brain.profile import Profile, ProfileError, load_profile
-from voicebot.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder, SentenceEncoder
+from voicebot.brain.sentence_encoder import CachingEncoder, EncoderUnavailable, MiniLMEncoder, SentenceEncoder
 from voicebot.brain.session_store import ReadAhead, SessionStore
 from voicebot.brain.tasks import TaskError
 from voicebot.brain.toolbox import build_registry
@@ -261,7 +261,8 @@ def sentence_encoder(settings: BrainSettings, profile: Profile) -> SentenceEncod
     Missing: a profile with knowledge cannot start; without knowledge the brain runs on rules
     and the model, and the log says why."""
     try:
-        return MiniLMEncoder(settings.guard_encoder_dir or None)
+        # One turn's words are encoded once for the picker, the screens and the knowledge search.
+        return CachingEncoder(MiniLMEncoder(settings.guard_encoder_dir or None))
     except EncoderUnavailable as exc:
         if profile.knowledge.faq or profile.knowledge.files:
             raise ProfileError(f"knowledge: the sentence encoder is needed: {exc}") from None
