@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from voicebot.brain.form import ReadTool, items_of
+from voicebot.brain.form import ReadTool
 from voicebot.brain.metrics import KNOWLEDGE_PREFETCHES
+from voicebot.brain.options import items_of
 from voicebot.brain.profile import Sentences
 from voicebot.brain.spoken import SpokenTextCleaner
 

@@ -43,7 +43,7 @@ class BrainSettings(ServiceSettings):
     guard_screen: bool = True
     # The reply's first model call waits for the screen's verdict (a few ms of a core), so that when
     # the LLM must judge, its call and the reply's prefill in one batch: for an LLM server whose
-    # prefill is compute-bound (llama.cpp on CPU cores; ``Agent._respond``). False for vLLM on a
+    # prefill is compute-bound (llama.cpp on CPU cores; ``SessionRuntime._respond``). False for vLLM on a
     # GPU, where the two run side by side anyway and the wait would only delay the reply
     # (docs/kubernetes.md).
     guard_screen_first: bool = True

@@ -23,7 +23,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from voicebot.brain.carry import carry_values
 from voicebot.brain.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
+from voicebot.brain.options import items_of, pick_option, same_value
 from voicebot.brain.profile import Sentences
 from voicebot.brain.readback import default_action, join_words, render, sentence, spoken_value
 from voicebot.brain.references import References
@@ -31,12 +33,11 @@ from voicebot.brain.state import FormState, Option, PendingAction, SessionState
 from voicebot.brain.tasks import FieldSpec, Finder, TaskSpec
 from voicebot.brain.tool_errors import classify
 from voicebot.brain.tools import ToolResult
-from voicebot.brain.values import match_choice, normalise, parse_time
+from voicebot.brain.values import normalise
 
 ReadTool = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
 UNREACHABLE = ("unavailable", "timeout")
 MAX_OPTIONS = 3
-_ORDINALS = {"first": 0, "1st": 0, "second": 1, "2nd": 1, "third": 2, "3rd": 2, "last": -1}
 
 
 @dataclass
@@ -72,22 +73,11 @@ class Forms:
         return state.form
 
     def carry(self, state: SessionState, words: str) -> list[str]:
-        """Values from the call's earlier tasks: the fields the profile carries, and those the
-        caller names as "the same" ("for the same car and name"; "the same" alone: all)."""
+        """Values from the call's earlier tasks (``carry.py``)."""
         form = state.form
-        if form is None or not state.given:
+        if form is None:
             return []
-        spec = self.tasks[form.task]
-        wanted = set(spec.carry)
-        same = _SAME.search(words)
-        if same is not None:
-            nouns = set(re.findall(r"[a-z]+", (same["what"] or "").lower())) - _NOT_NOUNS
-            named = {f.name for f in spec.fields if nouns & _field_words(f)}
-            wanted |= named or {f.name for f in spec.fields}
-        carried = [name for name in wanted if name in state.given and form.values.get(name) in (None, "")]
-        for name in carried:
-            form.values[name] = state.given[name]
-        return carried
+        return carry_values(state, self.tasks[form.task], words)
 
     def ask_again(self, state: SessionState, name: str, said: str | None = None) -> str:
         """A value the business's tool did not accept: dropped, and its question asked again
@@ -208,7 +198,7 @@ class Forms:
         if result.outcome != "succeeded" and (said := self._tool_problem(state, finder.tool, result)):
             return said
         items = items_of(result.content.get("result"), finder.items) if result.outcome == "succeeded" else []
-        match = [i for i in items if all(_same(i.get(key), form.values.get(name))
+        match = [i for i in items if all(same_value(i.get(key), form.values.get(name))
                                          for key, name in finder.match.items())]
         if finder.match and match:
             return match[0]
@@ -374,63 +364,3 @@ class Forms:
         shown = [spoken_value(v) for k, v in item.items() if not k.endswith("_id")
                  and k not in self.references.hidden and isinstance(v, str | int)]
         return ", ".join(shown[:5])
-
-
-# "the same car and name", "same as before", "that day too": values from the call's earlier task.
-_SAME = re.compile(r"\b(?:(?:the\s+)?same\b(?P<what>(?:\s+(?:and\s+)?(?!as\b)[a-z']+){0,4})|as before|"
-                   r"as last time|that day too)", re.I)
-_NOT_NOUNS = frozenset("and the a for with as please one again too details".split())
-
-
-def _field_words(item: FieldSpec) -> set[str]:
-    """Words that name a field: its own name's, its type's, and those of its question."""
-    words = set(item.name.lower().split("_")) | {item.type}
-    words |= set(re.findall(r"[a-z]+", f"{item.ask} {item.description}".lower())) - _QUESTION_WORDS
-    return words
-
-
-_QUESTION_WORDS = frozenset("what which is the your you would like to for of a an in on at it "
-                            "please and or do does".split())
-
-
-def items_of(value: Any, key: str) -> list[dict[str, Any]]:
-    """The list of items in a tool's result: under ``key``, or the first list in it."""
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, dict)]
-    if not isinstance(value, dict):
-        return []
-    if key:
-        return items_of(value.get(key), "")
-    first = next((v for v in value.values() if isinstance(v, list)), None)
-    return items_of(first, "") if first is not None else []
-
-
-def _same(item_value: Any, wanted: Any) -> bool:
-    if item_value is None or wanted is None:
-        return False
-    a, b = str(item_value).strip().lower(), str(wanted).strip().lower()
-    if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", a) and re.fullmatch(r"\d{1,2}:\d{2}", b):
-        return a.zfill(5)[:5] == b.zfill(5)
-    return a == b
-
-
-def pick_option(words: str, options: list[Option]) -> Option | None:
-    """The option the caller chose: by its place ("the second one"), its words, or its time."""
-    lowered = words.lower()
-    for word, index in _ORDINALS.items():
-        if re.search(rf"\b{word}\b", lowered) and -len(options) <= index < len(options):
-            return options[index]
-    by_label = match_choice(words, [o.label for o in options])
-    if by_label is not None:
-        return next(o for o in options if o.label == by_label)
-    clock = parse_time(words)
-    if clock is not None:
-        for option in options:
-            if any(_same(v, clock) or _same(v, _other_half(clock)) for v in option.item.values()):
-                return option
-    return None
-
-
-def _other_half(clock: str) -> str:
-    hours, minutes = clock.split(":")
-    return f"{(int(hours) + 12) % 24:02d}:{minutes}"

@@ -88,7 +88,7 @@ class TopicGuard:
         answers inside a task never reach the guard at all (``dialog.is_dialogue_act``).
 
         ``asking`` is called once the screen has not passed the words, right before the LLM is
-        asked: the turn holds its own first model call until then (``Agent._respond``)."""
+        asked: the turn holds its own first model call until then (``SessionRuntime._respond``)."""
         with TRACER.start_as_current_span("guard.check") as span:
             started = time.perf_counter()
             screened = await self.screened(text, language)

@@ -25,7 +25,7 @@ Who holds it, and for how long: a turn from its read to its store. A barge-in or
 being played and never blocks a barge-in, except for one thing: a write that is running. The
 write keeps the lease until its outcome is stored (``Agent._execute``); a turn spoken over it
 waits for it (at most ``BRAIN_SESSION_WAIT_S``), then starts from the stored outcome: it tells
-the caller what happened and reads their words against the finished task (``Agent._compose``).
+the caller what happened and reads their words against the finished task (``SessionRuntime._compose``).
 A holder renews the lease every third of its time while it holds it, so a replica that dies
 holds its sessions no longer than ``BRAIN_SESSION_LEASE_S``.
 """

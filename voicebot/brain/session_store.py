@@ -158,7 +158,7 @@ class ReadAhead:
     for the turn that follows on the same call. The gateway asks for it only when none of its own
     turns of the session can still be writing it; a turn on another connection of the same
     session still could, so the turn that uses it checks it is current (``unchanged_since``)
-    before anything it made leaves the brain or any tool runs (``Agent._respond``)."""
+    before anything it made leaves the brain or any tool runs (``SessionRuntime._respond``)."""
 
     def __init__(self, store: SessionStore, user_id: str, session_id: str) -> None:
         self.user_id, self.session_id = user_id, session_id

@@ -60,7 +60,7 @@ class FormState(BaseModel):
 
 class Outcome(BaseModel):
     """What became of a write, kept until the caller has heard it: the reply that says it may be
-    cut off, or cancelled while the write still ran (``Agent._compose``)."""
+    cut off, or cancelled while the write still ran (``SessionRuntime._compose``)."""
 
     action_id: str
     say: str  # code's sentence for the caller
