@@ -77,10 +77,8 @@ def urgent_prompt(business: str, situations: list[UrgentSituation]) -> str:
     lines = "\n".join(f"- {s.name}: {' '.join(s.describe.split())}" for s in situations)
     return (f"You check what a caller to {business} says for an urgent situation happening now. "
             f"Write compact JSON with one key, situation, one of:\n{lines}\n"
-            f"- {NONE}: anything else: a booking or a question, or a problem that is mild, "
-            f"long-standing, routine or in the past\n"
-            f"A situation counts when the caller describes it happening now, in any words, even "
-            f"when they also ask for something else.")
+            f"- {NONE}: anything else (a booking, a question, or a problem that is routine, mild "
+            f"or in the past)")
 
 
 class UrgentScreen:
