@@ -117,6 +117,7 @@ class Stack:
                     TOKEN_ENV: ensure_internal_token(), **(env or {})}
         self.procs: list[Proc] = []
         self.quiet = quiet
+        self._open_line = False  # a step's line waits for its time (``begin``, ``done``)
         # spawn and stop take it, so a restart racing Ctrl-C cannot leave a process behind.
         self._lock = threading.Lock()
         self._stopping = False
@@ -126,7 +127,27 @@ class Stack:
 
     def say(self, message: str) -> None:
         if not self.quiet:
-            print(message, flush=True)
+            print(("\n" if self._open_line else "") + message, flush=True)
+            self._open_line = False
+
+    def begin(self, what: str) -> float:
+        """The first half of a step's one line (``what ...``); ``done`` ends it with its time."""
+        if not self.quiet:
+            print(f"{what} ... ", end="", flush=True)
+            self._open_line = True
+        return time.monotonic()
+
+    def done(self, started: float, detail: str = "", log: Path | None = None) -> None:
+        """The step's time, what it got and its log: ``starting stt ... 4.2 s (grpc 50051; log …)``."""
+        extra = "; ".join(part for part in (detail, f"log {log}" if log else "") if part)
+        line = f"{time.monotonic() - started:.1f} s" + (f" ({extra})" if extra else "")
+        if self.quiet:
+            return
+        if self._open_line:
+            print(line, flush=True)
+            self._open_line = False
+        else:  # another line came between (a restart's note): say which step this is
+            self.say(f"  ready in {line}")
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
               replace: Proc | None = None) -> Proc:
@@ -156,7 +177,7 @@ class Stack:
         ``prefix`` (default: the module's package, ``voicebot.stt.server`` -> ``STT``) names the
         port variables a restart pins to the ports this start got, so port 0 stays one port.
         """
-        self.say(f"starting {name} ...")
+        started = self.begin(f"starting {name}")
         proc = self.spawn(name, [sys.executable, "-m", module], env, replace)
         # Set before the wait: a restart that fails to become ready is retried by the supervisor.
         proc.relaunch = lambda: self.start_service(name, module, env, timeout, prefix, replace=proc)
@@ -165,7 +186,7 @@ class Stack:
         except StartupError:
             self._kill(proc)
             raise
-        self.say(f"  {name} ready {proc.ready}")
+        self.done(started, " ".join(f"{key} {port}" for key, port in proc.ready.items()), proc.log_path)
         pinned = {**env, **_port_env(prefix or module.split(".")[-2].upper(), proc.ready)}
         proc.relaunch = lambda: self.start_service(name, module, pinned, timeout, prefix, replace=proc)
         return proc
@@ -247,7 +268,7 @@ class Stack:
         if plain_kernels and native_server:
             argv.append("--no-repack")
         model = Path(argv[argv.index("--model") + 1]).name
-        self.say(f"starting the local LLM server ({localllm.describe(argv)}, {model}) as {name} ...")
+        started = self.begin(f"starting the local LLM server ({localllm.describe(argv)}, {model}) as {name}")
         proc = self.spawn(name, argv, replace=replace)
         proc.relaunch = lambda: self.start_llm(port, timeout, name, n_ctx, threads, replace=proc,
                                                kind=kind, plain_kernels=plain_kernels)
@@ -267,7 +288,7 @@ class Stack:
         proc.ready = {"http": port}
         if native_server and (self.shared_llm is None or self.shared_llm is replace):
             self.shared_llm = proc
-        self.say(f"  {name} ready on {port}")
+        self.done(started, f"http {port}", proc.log_path)
         return proc
 
     def _wait_http(self, proc: Proc, url: str, timeout: float) -> None:
@@ -616,8 +637,9 @@ def local_redis(stack: Stack) -> str:
     ensure_redis_server()
     # A new password each run is fine: Redis keeps it in memory only, the data stays in the AOF.
     password = password or secrets.token_urlsafe(24)
-    stack.say(f"starting redis-server on {port} (append-only file in .run/redis) ...")
-    stack.start_redis(port, password=password, data_dir=ROOT / ".run" / "redis")
+    started = stack.begin(f"starting redis-server on {port} (append-only file in .run/redis)")
+    proc = stack.start_redis(port, password=password, data_dir=ROOT / ".run" / "redis")
+    stack.done(started, log=proc.log_path)
     return redis_url_for(port, password)
 
 
