@@ -577,7 +577,8 @@ def start_mcp_servers(stack: Stack, profile: str, env: dict[str, str] | None = N
         prefix = launch["env_prefix"]
         token_env = server.get("auth_token_env")
         token = os.environ.get(token_env or "", "") or secrets.token_urlsafe(16)
-        port = launch.get("port", 0) if fixed_ports else 0
+        # make run: the profile's port unless <PREFIX>_PORT names another.
+        port = int(os.environ.get(f"{prefix}_PORT") or launch.get("port", 0)) if fixed_ports else 0
         # prefix: a restart by the supervisor keeps this port (and token), which the brain was given.
         proc = stack.start_service(server["name"], launch["module"], {
             **(env or {}), f"{prefix}_PORT": str(port), f"{prefix}_TOKEN": token}, prefix=prefix)
@@ -599,15 +600,34 @@ def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: s
     (or taken from the profile's token variable); the brain gets the same value.
     """
     env = {"LOG_JSON": "true"}
+    check_profile_strictly(stack, profile)  # the file, before anything starts
     stt, tts = start_speech(stack, ports, {**env, **speech_env(profile)})
     # The business's backends: MCP servers the brain takes its tools from. Their admin
     # tools (failure injection) stay off.
     servers, profile_env = start_mcp_servers(stack, profile, env, fixed_ports)
+    check_profile_strictly(stack, profile, profile_env)  # its tools and tasks, as the brain will see them
     brain, gateway = start_brain_and_gateway(
         stack, redis_url=redis_url, llm_base_url=llm_base_url, tokens=tokens, stt=stt, tts=tts,
         ports=ports, env=env, brain_env={**profile_env, **(llm_env or {}),
                                          "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url})
     return {"stt": stt, "tts": tts, **servers, "brain": brain, "gateway": gateway}
+
+
+def check_profile_strictly(stack: Stack, profile: str, env: dict[str, str] | None = None) -> None:
+    """``voicebot profile check``'s checks (``voicebot.brain.profile_check``): without ``env``
+    the file alone; with the MCP servers' environment also their tools and the tasks built from
+    them (the knowledge is indexed by the brain itself next). A mistake fails the start, named
+    with its line."""
+    import asyncio
+
+    from voicebot.brain.profile_check import ProfileCheckFailed, check_profile
+
+    started = stack.begin("checking the profile" + (" against its MCP servers" if env else ""))
+    report = asyncio.run(check_profile(profile, env, connect=env is not None, knowledge=False))
+    if report.problems:
+        raise StartupError(f"{ProfileCheckFailed(str(report.path), report.problems)}\n"
+                           f"(`.venv/bin/voicebot profile check {profile}` checks it without starting)")
+    stack.done(started)
 
 
 def ensure_redis_server() -> None:
@@ -756,7 +776,9 @@ def start_make_run(stack: Stack, profile: str, tokens: str, gateway_port: int) -
     ports = {"stt": int(os.environ.get("STT_PORT", "50051")),
              "brain": int(os.environ.get("BRAIN_PORT", "50052")),
              "tts": int(os.environ.get("TTS_PORT", "50053")), "gateway": gateway_port,
-             "stt_metrics": 9101, "brain_metrics": 9102, "tts_metrics": 9103}
+             "stt_metrics": int(os.environ.get("STT_METRICS_PORT", "9101")),
+             "brain_metrics": int(os.environ.get("BRAIN_METRICS_PORT", "9102")),
+             "tts_metrics": int(os.environ.get("TTS_METRICS_PORT", "9103"))}
     llm_url = os.environ.get("BRAIN_LLM_BASE_URL")
     guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
     llm_port = int(os.environ.get("LLM_PORT", "8000"))

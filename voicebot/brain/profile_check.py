@@ -39,7 +39,7 @@ import yaml
 from pydantic import ValidationError
 
 from voicebot.brain.errors import ProfileError
-from voicebot.brain.profile import McpServer, Profile, expand_env, resolve_path
+from voicebot.brain.profile import McpServer, Profile, Sentences, expand_env, resolve_path
 from voicebot.brain.readback import render
 from voicebot.brain.tasks import TaskError, TaskSpec, build_tasks
 from voicebot.brain.tools import ToolRegistry
@@ -174,10 +174,13 @@ def check_schema(report: Report, raw: Any) -> Profile | None:
     return None
 
 
-def check_sentences(report: Report, profile: Profile) -> None:
-    for name in profile.sentences.model_fields_set:
-        check_template(report, ("sentences", name), getattr(profile.sentences, name),
-                       set(SENTENCE_PLACEHOLDERS.get(name, ())), f"filled in the {name} sentence")
+def check_sentences(report: Report, raw: Any) -> None:
+    """The fixed sentences as written (checked even when another part of the file is wrong)."""
+    sentences = raw.get("sentences") if isinstance(raw, dict) else None
+    for name, text in (sentences.items() if isinstance(sentences, dict) else ()):
+        if isinstance(text, str) and name in Sentences.model_fields:
+            check_template(report, ("sentences", name), text, set(SENTENCE_PLACEHOLDERS.get(name, ())),
+                           f"filled in the {name} sentence")
 
 
 async def check_server(report: Report, index: int, server: McpServer, wait_s: float) -> set[str] | None:
@@ -384,8 +387,8 @@ async def check_profile(name_or_path: str, env: Mapping[str, str] | None = None,
         if isinstance(raw, dict):
             raw.setdefault("base_dir", str(path.resolve().parent))
         profile = check_schema(report, raw)
-        if profile is not None:
-            check_sentences(report, profile)
+        check_sentences(report, raw)
+        if profile is not None and not report.problems:
             await check_connected(report, profile, connect, knowledge, wait_s)
     report.problems = with_lines(report.problems, lines)
     return report
