@@ -58,9 +58,9 @@ if [ "${DEV:-0}" = 1 ]; then
   step "installing checkov into its own venv" bash tests/deploy/install-checkov.sh
 fi
 
-# The LLM: the packaged GGUF, or the copy re-laid for this CPU once llama-quantize is built
-# (make run builds llama.cpp for this CPU in the background; until then the prebuilt
-# xllamacpp wheel serves the packaged file).
+# The LLM: the packaged GGUF, joined and checked. Its copy re-laid for this CPU is made by make
+# run's background job (voicebot/native_build.py), never here: setup stays quick, and a setup
+# beside that job never writes next to it.
 step "preparing the models (joined once into ~/.cache/voicebot/models, sha256 checked)" \
   bash -c "'$VENV/bin/python' -m voicebot.localllm && '$VENV/bin/python' -c \
 'from voicebot.stt.models import whisper_base_dir; whisper_base_dir(\"~/.cache/voicebot/models\")'"

@@ -518,6 +518,7 @@ def describe(argv: list[str]) -> str:
 
 if __name__ == "__main__":
     # ``--binary-path``, ``--quantize-path``: where the builds for this CPU go
-    # (scripts/build-llama-server.sh asks); else the model to serve (derived once if need be).
+    # (scripts/build-llama-server.sh asks); else the model to serve now (bootstrap: assembled and
+    # checked; never derived here, which is the background job's, voicebot.native_build).
     paths = {"--binary-path": tuned_binary_path, "--quantize-path": tuned_quantize_path}
-    print(paths.get(" ".join(sys.argv[1:]), model_path)())
+    print(paths.get(" ".join(sys.argv[1:]), lambda: model_path(derive=False))())
