@@ -133,3 +133,22 @@ def test_make_run_runs_the_same_check_and_fails_the_start_with_the_line(salon_en
                                            r"voicebot profile check"):
         check_profile_strictly(stack, str(tmp_path / "profile.yaml"), salon_env)
     check_profile_strictly(stack, "salon", salon_env)
+
+
+def test_the_brain_itself_names_a_refused_token_at_once(salon_env):
+    """A deployment's brain (no profile check before it) says "token" too, without waiting out
+    BRAIN_MCP_CONNECT_WAIT_S."""
+    import time
+
+    from voicebot.brain.errors import ProfileError
+    from voicebot.brain.profile import load_profile
+    from voicebot.brain.profile_check import environment
+    from voicebot.brain.toolbox import connect_server
+
+    with environment({**salon_env, "SALON_TOKEN": "not-the-token"}):
+        server = load_profile("salon").mcp_servers[0]
+        started = time.monotonic()
+        refused = r"refused the token \(HTTP 401\): SALON_TOKEN is not the server.s token"
+        with pytest.raises(ProfileError, match=refused):
+            asyncio.run(connect_server(server, wait_s=30))
+    assert time.monotonic() - started < 20  # not the 30 s wait for a server still starting

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 from pydantic import ValidationError
 
@@ -185,15 +184,12 @@ def check_sentences(report: Report, raw: Any) -> None:
 
 async def check_server(report: Report, index: int, server: McpServer, wait_s: float) -> set[str] | None:
     """The names of the tools the server lists, or None (a problem said why)."""
-    from voicebot.brain.toolbox import connect_server
+    from voicebot.brain.toolbox import connect_server, token_refusal
 
     path: Path_ = ("mcp_servers", index)
-    status = await http_status(server)
-    if status in (401, 403):
-        token = server.auth_token_env
-        said = (f"{token} is unset" if token and not os.environ.get(token) else
-                f"{token} is not the server's token" if token else "the profile names no auth_token_env")
-        report.fail((*path, "auth_token_env"), f"{server.url} refused the token (HTTP {status}): {said}")
+    refused = await token_refusal(server)
+    if refused:
+        report.fail((*path, "auth_token_env"), refused)
         return None
     try:
         source, _ = await connect_server(server, wait_s)
@@ -213,19 +209,6 @@ async def check_server(report: Report, index: int, server: McpServer, wait_s: fl
                 report.fail(where, f"the server offers no tool {name!r}; it offers "
                                    f"{', '.join(sorted(offered))}")
     return offered
-
-
-async def http_status(server: McpServer) -> int | None:
-    """The status the server answers an MCP ``initialize`` with (None: no answer)."""
-    request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "voicebot-profile-check", "version": "1"}}}
-    headers = {**server.auth_headers(), "Accept": "application/json, text/event-stream"}
-    try:
-        async with httpx.AsyncClient(timeout=server.connect_timeout_s) as client:
-            return (await client.post(server.url, json=request, headers=headers)).status_code
-    except httpx.HTTPError:
-        return None
 
 
 def check_tasks(report: Report, profile: Profile, registry: ToolRegistry) -> dict[str, TaskSpec]:
