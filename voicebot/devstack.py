@@ -783,8 +783,8 @@ def start_make_run(stack: Stack, profile: str, tokens: str, gateway_port: int) -
     guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
     llm_port = int(os.environ.get("LLM_PORT", "8000"))
     guard_port = int(os.environ.get("LLM_GUARD_PORT", "8001"))
-    check_ports_free({**ports, **({} if llm_url else {"llm": llm_port}),
-                      **({} if llm_url or guard_url else {"llm_guard": guard_port})})
+    # (The guard's port is used only beside the llama-cpp-python fallback: not checked here.)
+    check_ports_free({**ports, **({} if llm_url else {"llm": llm_port})})
     stack.say(f"profile: {profile}")
     redis_url = os.environ.get("REDIS_URL") or local_redis(stack)
     llm_env: dict[str, str] = {}
