@@ -98,14 +98,25 @@ def test_the_salon_as_shipped_passes_the_same_check(salon_env):
 
 
 @pytest.mark.parametrize("profile", sorted(p.parent.name for p in (ROOT / "examples").glob("*/profile.yaml")))
-def test_every_shipped_profile_passes_the_command(profile):
-    """The command as a newcomer runs it: it starts the profile's own MCP servers, checks, prints
-    what the brain derived, and indexes the knowledge."""
-    done = subprocess.run([sys.executable, "-m", "voicebot.gateway.cli", "profile", "check", profile],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+def test_every_shipped_profile_passes(profile):
+    """As the command checks it: the profile's own MCP servers started, the check, what the
+    brain derived, and the knowledge indexed."""
+    from voicebot.brain.profile_check import launched_servers
+
+    with launched_servers(profile) as env:
+        report = asyncio.run(check_profile(profile, env))
+    assert report.problems == [], [str(problem) for problem in report.problems]
+    shown = "\n".join(report.lines)
+    assert "task " in shown and "fields, in order: " in shown and "indexed in" in shown
+
+
+def test_the_command_passes_a_shipped_profile_and_prints_what_the_brain_derived():
+    done = subprocess.run([sys.executable, "-m", "voicebot.gateway.cli", "profile", "check", "restaurant",
+                           "--no-knowledge"], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"examples/{profile}/profile.yaml: passes" in done.stdout
-    assert "  task " in done.stdout and "indexed in" in done.stdout
+    assert "examples/restaurant/profile.yaml: passes" in done.stdout
+    assert "  task create_reservation: 'book a table'" in done.stdout
+    assert "    read-back: 'a table for 2 on " in done.stdout
 
 
 def test_the_command_lists_the_mistakes_and_fails(tmp_path):
