@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-urgent bench-v2v bench-turns clean
+.PHONY: run check-profile test setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-urgent bench-v2v bench-turns clean
 
 # make run needs the runtime only; make test (and the benchmarks) add the test tools.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -21,6 +21,11 @@ setup-dev: $(VENV)/.installed-dev
 PROFILE ?= restaurant
 run: setup
 	PROFILE=$(PROFILE) $(PY) -m voicebot.devstack
+
+## Check a profile strictly (keys, templates, tools, tasks, knowledge) and print what the brain
+## derives from it: make check-profile PROFILE=path/to/profile.yaml (make run runs the same check).
+check-profile: setup
+	$(VENV)/bin/voicebot profile check $(PROFILE)
 
 ## Run the test suite (unit, integration, end-to-end with real models).
 test: setup-dev

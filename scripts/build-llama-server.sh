@@ -6,8 +6,8 @@
 # machines never runs a build made for another). llama-quantize re-lays the packaged model for
 # this CPU's fastest kernels (localllm.derive_model). LLAMA_PORTABLE=1 builds portable AVX2
 # binaries instead, as llama-server-VERSION and llama-quantize-VERSION.
-# Started in the background by the first `make run` (voicebot/devstack.py), which serves the
-# prebuilt wheel's server meanwhile; run it by hand to build in the foreground. Safe to re-run
+# Started in the background by the first `make run` (voicebot/native_build.py, under the lock
+# every start respects), which serves the prebuilt wheel's server meanwhile; run it by hand to build in the foreground. Safe to re-run
 # (a cached binary is kept). Exits non-zero when it cannot build (no C++ compiler, no network
 # for the sdist); the prebuilt server then stays in use.
 set -euo pipefail
@@ -94,7 +94,8 @@ started=$(date +%s)
   || { cat "$WORK/cmake.log" >&2; exit 1; }
 "$CMAKE" --build "$WORK/build" --target llama-server llama-quantize -j "$JOBS"
 for pair in "llama-server:$TARGET" "llama-quantize:$QUANTIZE_TARGET"; do
-  install -m 0755 "$WORK/build/bin/${pair%%:*}" "${pair#*:}.tmp"
-  mv "${pair#*:}.tmp" "${pair#*:}"
+  # A temporary name of this process's own, moved into place whole: a start never runs a half-copied file.
+  install -m 0755 "$WORK/build/bin/${pair%%:*}" "${pair#*:}.$$.tmp"
+  mv "${pair#*:}.$$.tmp" "${pair#*:}"
 done
 echo "==> llama-server and llama-quantize built in $(( $(date +%s) - started )) s: $TARGET"

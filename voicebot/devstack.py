@@ -35,6 +35,7 @@ from pathlib import Path
 
 from voicebot.common.grpc_env import grpc_environment
 from voicebot.common.internal_auth import TOKEN_ENV
+from voicebot.rundir import AlreadyRunning, RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,13 +105,19 @@ class StartupError(RuntimeError):
 class Stack:
     """Processes started by this launcher, stopped in reverse order."""
 
-    def __init__(self, log_dir: Path, env: dict[str, str] | None = None, quiet: bool = False) -> None:
+    def __init__(self, log_dir: Path, env: dict[str, str] | None = None, quiet: bool = False,
+                 run_dir: RunDir | None = None, derive_model: bool = True) -> None:
         self.log_dir = log_dir
+        # make run's: a pid file per process, so the next start finds what a crash left running.
+        self.run_dir = run_dir
+        # False (make run): the LLM serves the packaged model until the background job re-laid it.
+        self.derive_model = derive_model
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, **grpc_environment(os.environ), "PYTHONUNBUFFERED": "1",
                     TOKEN_ENV: ensure_internal_token(), **(env or {})}
         self.procs: list[Proc] = []
         self.quiet = quiet
+        self._open_line = False  # a step's line waits for its time (``begin``, ``done``)
         # spawn and stop take it, so a restart racing Ctrl-C cannot leave a process behind.
         self._lock = threading.Lock()
         self._stopping = False
@@ -120,7 +127,27 @@ class Stack:
 
     def say(self, message: str) -> None:
         if not self.quiet:
-            print(message, flush=True)
+            print(("\n" if self._open_line else "") + message, flush=True)
+            self._open_line = False
+
+    def begin(self, what: str) -> float:
+        """The first half of a step's one line (``what ...``); ``done`` ends it with its time."""
+        if not self.quiet:
+            print(f"{what} ... ", end="", flush=True)
+            self._open_line = True
+        return time.monotonic()
+
+    def done(self, started: float, detail: str = "", log: Path | None = None) -> None:
+        """The step's time, what it got and its log: ``starting stt ... 4.2 s (grpc 50051; log …)``."""
+        extra = "; ".join(part for part in (detail, f"log {log}" if log else "") if part)
+        line = f"{time.monotonic() - started:.1f} s" + (f" ({extra})" if extra else "")
+        if self.quiet:
+            return
+        if self._open_line:
+            print(line, flush=True)
+            self._open_line = False
+        else:  # another line came between (a restart's note): say which step this is
+            self.say(f"  ready in {line}")
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
               replace: Proc | None = None) -> Proc:
@@ -135,6 +162,8 @@ class Stack:
                     stderr=log_file, text=True, start_new_session=True,
                 )
             proc = Proc(name, popen, log_path)
+            if self.run_dir is not None:
+                self.run_dir.record(name, popen.pid)
             if replace is not None and replace in self.procs:
                 self.procs[self.procs.index(replace)] = proc
             else:
@@ -148,7 +177,7 @@ class Stack:
         ``prefix`` (default: the module's package, ``voicebot.stt.server`` -> ``STT``) names the
         port variables a restart pins to the ports this start got, so port 0 stays one port.
         """
-        self.say(f"starting {name} ...")
+        started = self.begin(f"starting {name}")
         proc = self.spawn(name, [sys.executable, "-m", module], env, replace)
         # Set before the wait: a restart that fails to become ready is retried by the supervisor.
         proc.relaunch = lambda: self.start_service(name, module, env, timeout, prefix, replace=proc)
@@ -157,7 +186,7 @@ class Stack:
         except StartupError:
             self._kill(proc)
             raise
-        self.say(f"  {name} ready {proc.ready}")
+        self.done(started, " ".join(f"{key} {port}" for key, port in proc.ready.items()), proc.log_path)
         pinned = {**env, **_port_env(prefix or module.split(".")[-2].upper(), proc.ready)}
         proc.relaunch = lambda: self.start_service(name, module, pinned, timeout, prefix, replace=proc)
         return proc
@@ -233,12 +262,13 @@ class Stack:
         ``plain_kernels`` asks for that at once."""
         from voicebot import localllm
 
-        argv = localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads, kind=kind)
+        argv = localllm.server_command("127.0.0.1", port, n_ctx=n_ctx, threads=threads, kind=kind,
+                                       derive=self.derive_model)
         native_server = localllm.is_native(argv)
         if plain_kernels and native_server:
             argv.append("--no-repack")
         model = Path(argv[argv.index("--model") + 1]).name
-        self.say(f"starting the local LLM server ({localllm.describe(argv)}, {model}) as {name} ...")
+        started = self.begin(f"starting the local LLM server ({localllm.describe(argv)}, {model}) as {name}")
         proc = self.spawn(name, argv, replace=replace)
         proc.relaunch = lambda: self.start_llm(port, timeout, name, n_ctx, threads, replace=proc,
                                                kind=kind, plain_kernels=plain_kernels)
@@ -258,7 +288,7 @@ class Stack:
         proc.ready = {"http": port}
         if native_server and (self.shared_llm is None or self.shared_llm is replace):
             self.shared_llm = proc
-        self.say(f"  {name} ready on {port}")
+        self.done(started, f"http {port}", proc.log_path)
         return proc
 
     def _wait_http(self, proc: Proc, url: str, timeout: float) -> None:
@@ -283,13 +313,17 @@ class Stack:
             time.sleep(0.1)
         raise StartupError(f"{proc.name} did not open port {port}")
 
-    @staticmethod
-    def _kill(proc: Proc) -> None:
+    def _kill(self, proc: Proc) -> None:
         """Stop one process group now (a start that failed, or a stuck process)."""
         if proc.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.popen.pid, signal.SIGKILL)
             proc.popen.wait()
+        self._forget(proc)
+
+    def _forget(self, proc: Proc) -> None:
+        if self.run_dir is not None:
+            self.run_dir.forget(proc.name, proc.popen.pid)
 
     def close(self) -> None:
         """Stop everything for good: a restart still under way cannot start anything after this."""
@@ -311,6 +345,7 @@ class Stack:
                 proc.popen.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self._kill(proc)
+            self._forget(proc)
         with self._lock:
             self.procs.clear()
             self.shared_llm = None
@@ -542,7 +577,8 @@ def start_mcp_servers(stack: Stack, profile: str, env: dict[str, str] | None = N
         prefix = launch["env_prefix"]
         token_env = server.get("auth_token_env")
         token = os.environ.get(token_env or "", "") or secrets.token_urlsafe(16)
-        port = launch.get("port", 0) if fixed_ports else 0
+        # make run: the profile's port unless <PREFIX>_PORT names another.
+        port = int(os.environ.get(f"{prefix}_PORT") or launch.get("port", 0)) if fixed_ports else 0
         # prefix: a restart by the supervisor keeps this port (and token), which the brain was given.
         proc = stack.start_service(server["name"], launch["module"], {
             **(env or {}), f"{prefix}_PORT": str(port), f"{prefix}_TOKEN": token}, prefix=prefix)
@@ -564,15 +600,34 @@ def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: s
     (or taken from the profile's token variable); the brain gets the same value.
     """
     env = {"LOG_JSON": "true"}
+    check_profile_strictly(stack, profile)  # the file, before anything starts
     stt, tts = start_speech(stack, ports, {**env, **speech_env(profile)})
     # The business's backends: MCP servers the brain takes its tools from. Their admin
     # tools (failure injection) stay off.
     servers, profile_env = start_mcp_servers(stack, profile, env, fixed_ports)
+    check_profile_strictly(stack, profile, profile_env)  # its tools and tasks, as the brain will see them
     brain, gateway = start_brain_and_gateway(
         stack, redis_url=redis_url, llm_base_url=llm_base_url, tokens=tokens, stt=stt, tts=tts,
         ports=ports, env=env, brain_env={**profile_env, **(llm_env or {}),
                                          "BRAIN_GUARD_LLM_BASE_URL": guard_llm_url})
     return {"stt": stt, "tts": tts, **servers, "brain": brain, "gateway": gateway}
+
+
+def check_profile_strictly(stack: Stack, profile: str, env: dict[str, str] | None = None) -> None:
+    """``voicebot profile check``'s checks (``voicebot.brain.profile_check``): without ``env``
+    the file alone; with the MCP servers' environment also their tools and the tasks built from
+    them (the knowledge is indexed by the brain itself next). A mistake fails the start, named
+    with its line."""
+    import asyncio
+
+    from voicebot.brain.profile_check import ProfileCheckFailed, check_profile
+
+    started = stack.begin("checking the profile" + (" against its MCP servers" if env else ""))
+    report = asyncio.run(check_profile(profile, env, connect=env is not None, knowledge=False))
+    if report.problems:
+        raise StartupError(f"{ProfileCheckFailed(str(report.path), report.problems)}\n"
+                           f"(`.venv/bin/voicebot profile check {profile}` checks it without starting)")
+    stack.done(started)
 
 
 def ensure_redis_server() -> None:
@@ -596,14 +651,46 @@ def local_redis(stack: Stack) -> str:
     port = int(os.environ.get("REDIS_PORT", "6379"))
     password = os.environ.get("VOICEBOT_REDIS_PASSWORD")
     if port_open(port):
-        stack.say(f"using the Redis already listening on {port}")
+        check_redis(port, password)
+        stack.say(f"using the Redis already listening on {port} (not started by make run)")
         return redis_url_for(port, password)
     ensure_redis_server()
     # A new password each run is fine: Redis keeps it in memory only, the data stays in the AOF.
     password = password or secrets.token_urlsafe(24)
-    stack.say(f"starting redis-server on {port} (append-only file in .run/redis) ...")
-    stack.start_redis(port, password=password, data_dir=ROOT / ".run" / "redis")
+    started = stack.begin(f"starting redis-server on {port} (append-only file in .run/redis)")
+    proc = stack.start_redis(port, password=password, data_dir=ROOT / ".run" / "redis")
+    stack.done(started, log=proc.log_path)
     return redis_url_for(port, password)
+
+
+def check_redis(port: int, password: str | None) -> None:
+    """A Redis this launcher did not start must answer with the password it was given."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=3)
+    try:
+        client.ping()
+    except redis.AuthenticationError:
+        raise StartupError(
+            f"a Redis make run did not start listens on {port} and refuses the password it was given "
+            "(VOICEBOT_REDIS_PASSWORD): set VOICEBOT_REDIS_PASSWORD to its password, or REDIS_PORT to "
+            "a free port for make run's own Redis") from None
+    except redis.RedisError as exc:
+        raise StartupError(f"something listens on {port} but does not answer as Redis ({exc}); "
+                           "set REDIS_PORT to a free port") from None
+    finally:
+        client.close()
+
+
+def check_ports_free(ports: dict[str, int]) -> None:
+    """Fixed ports another program holds fail the start here, named, instead of as a bind error
+    deep in a service's log (what a crashed make run left was stopped before this)."""
+    taken = {name: port for name, port in ports.items() if port and port_open(port)}
+    if taken:
+        listed = ", ".join(f"{name} {port}" for name, port in taken.items())
+        raise StartupError(f"ports in use by another program: {listed}; stop it, or set the ports "
+                           "(STT_PORT, BRAIN_PORT, TTS_PORT, GATEWAY_PORT, LLM_PORT, LLM_GUARD_PORT, "
+                           "REDIS_PORT) to free ones")
 
 
 def start_native_llm_build(stack: Stack) -> None:
@@ -616,7 +703,8 @@ def start_native_llm_build(stack: Stack) -> None:
 
     if (os.environ.get("LLM_NATIVE_BUILD") or "auto").strip().lower() in ("off", "0", "false", "no"):
         return
-    if os.environ.get("LLM_SERVER_BIN") or localllm.server_binary() is not None:
+    built = bool(os.environ.get("LLM_SERVER_BIN")) or localllm.server_binary() is not None
+    if built and (localllm.quantize_binary() is None or not localllm.derivation_pending()):
         return
     if not shutil.which("c++"):
         stack.say("no C++ compiler: the prebuilt llama.cpp server stays in use "
@@ -625,70 +713,121 @@ def start_native_llm_build(stack: Stack) -> None:
     cache = localllm.bin_cache()
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "native-build.log"
-    # flock -n: one build at a time, however many stacks start.
-    script = (f'exec 9>"{cache}/native-build.lock"; flock -n 9 || exit 0; '
-              'nice -n 19 bash scripts/build-llama-server.sh && '
-              f'nice -n 19 "{sys.executable}" -m voicebot.localllm >/dev/null && echo "==> done"')
+    # One build at a time however many stacks start: it holds localllm.build_lock throughout.
     with log.open("a") as out:
-        subprocess.Popen(["bash", "-c", script], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, start_new_session=True,
+        subprocess.Popen([sys.executable, "-m", "voicebot.native_build"], cwd=ROOT, stdout=out,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                          env={**os.environ, "VENV": str(Path(sys.executable).parent.parent)})
     stack.say("building llama.cpp for this CPU in the background, at the lowest priority (about 10 "
               f"minutes on two cores; log {log}); the next `make run` serves it")
 
 
+def serve(stack: Stack, start: Callable[[], object], on_ready: Callable[[], object] = lambda: None,
+          interval_s: float = 0.5) -> int:
+    """Start, then supervise until Ctrl-C or SIGTERM. Every way out stops what this launcher
+    started: a signal while starting, a failed start, a crash (the exception goes on after
+    the stop), a signal after the start. ``kill -9`` cannot be caught: the next start finds
+    what it left through the run directory's pid files (``RunDir.stop_leftovers``)."""
+    stopped = threading.Event()
+    starting = True
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopped.set()
+        if starting:
+            raise KeyboardInterrupt  # out of the start under way, into the stop below
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    supervisor = Supervisor(stack)
+    try:
+        try:
+            start()
+        except (StartupError, OSError, ValueError) as exc:  # ValueError: a bad profile
+            print(f"\nstartup failed: {exc}\nstopping what was started ...", file=sys.stderr, flush=True)
+            return 1
+        except KeyboardInterrupt:
+            print("\ninterrupted while starting; stopping what was started ...", file=sys.stderr, flush=True)
+            return 130
+        starting = False
+        on_ready()
+        # A process that exits is started again on its ports; the others keep serving.
+        supervisor.run(stopped, interval_s)
+        print("stopping ...", flush=True)
+        return 0
+    finally:
+        starting = False
+        supervisor.stop()
+        stack.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def claim_run_dir(run_dir: RunDir, stack: Stack) -> None:
+    """Hold ``.run/`` for this launcher (``AlreadyRunning`` when another holds it), and stop
+    what a launcher that crashed left running there, saying what."""
+    run_dir.claim()
+    left = run_dir.stop_leftovers()
+    if left:
+        listed = ", ".join(f"{name} (pid {pid})" for name, pid in left.items())
+        stack.say(f"an earlier make run ended without stopping {listed}: stopped them; "
+                  "starting everything afresh")
+
+
+def start_make_run(stack: Stack, profile: str, tokens: str, gateway_port: int) -> None:
+    ports = {"stt": int(os.environ.get("STT_PORT", "50051")),
+             "brain": int(os.environ.get("BRAIN_PORT", "50052")),
+             "tts": int(os.environ.get("TTS_PORT", "50053")), "gateway": gateway_port,
+             "stt_metrics": int(os.environ.get("STT_METRICS_PORT", "9101")),
+             "brain_metrics": int(os.environ.get("BRAIN_METRICS_PORT", "9102")),
+             "tts_metrics": int(os.environ.get("TTS_METRICS_PORT", "9103"))}
+    llm_url = os.environ.get("BRAIN_LLM_BASE_URL")
+    guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
+    llm_port = int(os.environ.get("LLM_PORT", "8000"))
+    guard_port = int(os.environ.get("LLM_GUARD_PORT", "8001"))
+    # (The guard's port is used only beside the llama-cpp-python fallback: not checked here.)
+    check_ports_free({**ports, **({} if llm_url else {"llm": llm_port})})
+    stack.say(f"profile: {profile}")
+    redis_url = os.environ.get("REDIS_URL") or local_redis(stack)
+    llm_env: dict[str, str] = {}
+    if not llm_url:
+        stack.start_llm(llm_port, threads=None if guard_url else main_llm_threads())
+        llm_url = f"http://127.0.0.1:{llm_port}/v1"
+        if not guard_url:
+            guard_url = start_guard_llm(stack, guard_port)
+        llm_env = local_llm_brain_env()  # slots and the guard's grammar on the local server
+    start_voicebot(stack, redis_url=redis_url, llm_base_url=llm_url, tokens=tokens,
+                   guard_llm_url=guard_url, profile=profile, llm_env=llm_env, ports=ports)
+
+
 def main() -> int:
-    stack = Stack(ROOT / ".run" / "logs")
+    run_dir = RunDir(ROOT / ".run")
+    stack = Stack(ROOT / ".run" / "logs", run_dir=run_dir, derive_model=False)
+    try:
+        claim_run_dir(run_dir, stack)
+    except AlreadyRunning as exc:
+        print(f"make run refused: {exc}", file=sys.stderr, flush=True)
+        return 1
     token = os.environ.get("VOICEBOT_DEV_TOKEN") or secrets.token_urlsafe(16)
     tokens = os.environ.get("GATEWAY_TOKENS") or f"{token}=dev-user"
     gateway_port = int(os.environ.get("GATEWAY_PORT", "8080"))
     profile = os.environ.get("PROFILE") or os.environ.get("BRAIN_PROFILE") or "restaurant"
-    try:
-        stack.say(f"profile: {profile}")
-        redis_url = os.environ.get("REDIS_URL") or local_redis(stack)
-        llm_url = os.environ.get("BRAIN_LLM_BASE_URL")
-        guard_url = os.environ.get("BRAIN_GUARD_LLM_BASE_URL", "")
-        llm_env: dict[str, str] = {}
-        if not llm_url:
-            llm_port = int(os.environ.get("LLM_PORT", "8000"))
-            stack.start_llm(llm_port, threads=None if guard_url else main_llm_threads())
-            llm_url = f"http://127.0.0.1:{llm_port}/v1"
-            if not guard_url:
-                guard_url = start_guard_llm(stack, int(os.environ.get("LLM_GUARD_PORT", "8001")))
-            llm_env = local_llm_brain_env()  # slots and the guard's grammar on the local server
-        start_voicebot(stack, redis_url=redis_url, llm_base_url=llm_url, tokens=tokens,
-                       guard_llm_url=guard_url, profile=profile, llm_env=llm_env, ports={
-            "stt": int(os.environ.get("STT_PORT", "50051")),
-            "brain": int(os.environ.get("BRAIN_PORT", "50052")),
-            "tts": int(os.environ.get("TTS_PORT", "50053")),
-            "gateway": gateway_port,
-            "stt_metrics": 9101, "brain_metrics": 9102, "tts_metrics": 9103,
-        })
-    except (StartupError, OSError, ValueError) as exc:  # ValueError: a bad profile
-        print(f"\nstartup failed: {exc}", file=sys.stderr)
-        stack.stop()
-        return 1
-    dev_token = tokens.split(",")[0].split("=")[0]
-    url_option = "" if gateway_port == 8080 else f" --url ws://127.0.0.1:{gateway_port}/v1/call"
-    print(f"""
+
+    def ready() -> None:
+        dev_token = tokens.split(",")[0].split("=")[0]
+        url_option = "" if gateway_port == 8080 else f" --url ws://127.0.0.1:{gateway_port}/v1/call"
+        print(f"""
 voicebot is running (profile {profile}).
   Browser:  http://127.0.0.1:{gateway_port}/?token={dev_token}
   CLI:      .venv/bin/voicebot call my.wav --token {dev_token} --out reply.wav{url_option}
   Token:    {dev_token}   (user dev-user; set GATEWAY_TOKENS=TOKEN=USER to choose your own)
   Logs:     {stack.log_dir}
 Press Ctrl-C to stop everything.""", flush=True)
-    if not os.environ.get("BRAIN_LLM_BASE_URL"):
-        start_native_llm_build(stack)
-    stopped = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    # A process that exits is started again on its ports; the others keep serving.
-    supervisor = Supervisor(stack)
-    supervisor.run(stopped)
-    print("stopping ...", flush=True)
-    supervisor.stop()
-    stack.close()
-    return 0
+        if not os.environ.get("BRAIN_LLM_BASE_URL"):
+            start_native_llm_build(stack)
+
+    try:
+        return serve(stack, lambda: start_make_run(stack, profile, tokens, gateway_port), ready)
+    finally:
+        run_dir.release()
 
 
 if __name__ == "__main__":

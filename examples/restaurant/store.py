@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import secrets
 import sqlite3
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
 from examples import booking_db
-from examples.booking_db import InvalidRequest, open_db, parse_day, transaction
+from examples.booking_db import InvalidRequest, parse_day, transaction
 
 __all__ = ["InvalidRequest", "SlotTaken", "Store", "parse_day", "parse_time"]
 
@@ -71,21 +70,13 @@ class _Slot:
     tables: int
 
 
-class Store:
+class Store(booking_db.BookingStore):
+    booking_days = BOOKING_DAYS
+    window_sentence = "bookings are open up to {last} ({days} days ahead)"
+
     def __init__(self, path: str, clock: Callable[[], datetime] = datetime.now) -> None:
-        self._db = open_db(path, _SCHEMA)
-        self._lock = threading.Lock()
-        self._clock = clock
+        super().__init__(path, _SCHEMA, clock)
         self._seeded_for: date | None = None
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    # -- calendar ---------------------------------------------------------------------------------
-
-    def today(self) -> date:
-        return self._clock().date()
 
     def _ensure_seeded(self) -> None:
         """Slots for the booking window; re-run when the date moves on (a server left running)."""
@@ -103,16 +94,6 @@ class Store:
             self._db.execute("ROLLBACK")
             raise
         self._seeded_for = today
-
-    def booking_day(self, text: str) -> date:
-        today = self.today()
-        day = parse_day(text, today)
-        last = today + timedelta(days=BOOKING_DAYS - 1)
-        if day < today:
-            raise InvalidRequest(f"{day.isoformat()} is in the past; today is {today.isoformat()}")
-        if day > last:
-            raise InvalidRequest(f"bookings are open up to {last.isoformat()} ({BOOKING_DAYS} days ahead)")
-        return day
 
     def _is_past(self, day: str, hhmm: str) -> bool:
         return datetime.fromisoformat(f"{day}T{hhmm}") <= self._clock()

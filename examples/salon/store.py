@@ -21,14 +21,13 @@ import math
 import re
 import secrets
 import sqlite3
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from typing import Any
 
 from examples import booking_db
-from examples.booking_db import InvalidRequest, open_db, transaction
+from examples.booking_db import InvalidRequest, transaction
 
 __all__ = ["SERVICES", "STYLISTS", "InvalidRequest", "Store", "TimeTaken", "parse_service", "parse_stylist"]
 
@@ -83,10 +82,6 @@ _VISIT_SELECT = "SELECT visit_id, day, time, stylist, service, customer_name, st
 _minutes = booking_db.minutes
 
 
-def _hhmm(minutes: int) -> str:
-    return f"{minutes // 60:02d}:{minutes % 60:02d}"
-
-
 def openings_for(service: str) -> int:
     """How many consecutive 30-minute openings a service occupies (a beard trim still takes one)."""
     return math.ceil(SERVICES[service] / STEP_MIN)
@@ -95,7 +90,7 @@ def openings_for(service: str) -> int:
 def start_times(service: str) -> tuple[str, ...]:
     """The starts on the half hour from which the service ends by closing time."""
     last = _minutes(CLOSE) - openings_for(service) * STEP_MIN
-    return tuple(_hhmm(m) for m in range(_minutes(OPEN), last + 1, STEP_MIN))
+    return tuple(booking_db.hhmm(m) for m in range(_minutes(OPEN), last + 1, STEP_MIN))
 
 
 @dataclass(frozen=True)
@@ -114,7 +109,7 @@ class Start:
     def openings(self) -> list[str]:
         """The ids of the openings this visit occupies: day, start and stylist of each."""
         first = _minutes(self.time)
-        return [f"{self.day:%Y%m%d}-{_hhmm(first + i * STEP_MIN).replace(':', '')}-{self.stylist}"
+        return [f"{self.day:%Y%m%d}-{booking_db.hhmm(first + i * STEP_MIN).replace(':', '')}-{self.stylist}"
                 for i in range(openings_for(self.service))]
 
     def view(self) -> dict[str, Any]:
@@ -153,12 +148,7 @@ def parse_stylist(text: str) -> str | None:
 
 
 def _text(value: str, what: str) -> str:
-    value = " ".join(value.split())
-    if not value:
-        raise InvalidRequest(f"{what} is empty: ask the caller for it")
-    if len(value) > MAX_TEXT:
-        raise InvalidRequest(f"{what} is too long: at most {MAX_TEXT} characters")
-    return value
+    return booking_db.clean_text(value, what, MAX_TEXT)
 
 
 def _phone(value: str) -> str:
@@ -172,30 +162,12 @@ def closed_note(day: date) -> str:
     return f"the salon is closed on {day:%A}s; it is open Tuesday to Saturday"
 
 
-class Store:
+class Store(booking_db.BookingStore):
+    booking_days = BOOKING_DAYS
+    window_sentence = "visits can be booked up to {last} ({days} days ahead)"
+
     def __init__(self, path: str, clock: Callable[[], datetime] = datetime.now) -> None:
-        self._db = open_db(path, _SCHEMA)
-        self._lock = threading.Lock()
-        self._clock = clock
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    # -- calendar ---------------------------------------------------------------------------------
-
-    def today(self) -> date:
-        return self._clock().date()
-
-    def booking_day(self, text: str) -> date:
-        today = self.today()
-        day = booking_db.parse_day(text, today, "day")
-        last = today + timedelta(days=BOOKING_DAYS - 1)
-        if day < today:
-            raise InvalidRequest(f"{day.isoformat()} is in the past; today is {today.isoformat()}")
-        if day > last:
-            raise InvalidRequest(f"visits can be booked up to {last.isoformat()} ({BOOKING_DAYS} days ahead)")
-        return day
+        super().__init__(path, _SCHEMA, clock)
 
     def _is_past(self, start: Start) -> bool:
         return datetime.fromisoformat(f"{start.day.isoformat()}T{start.time}") <= self._clock()

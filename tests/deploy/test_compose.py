@@ -52,7 +52,7 @@ def test_each_profile_runs_the_whole_stack(profile):
 
 def test_voicebot_containers_are_locked_down():
     compose = Compose.load(VARIABLES)
-    for name in ("gateway", "stt", "stt-gpu", "brain", "tts", "llm"):
+    for name in ("gateway", "stt", "stt-gpu", "brain", "brain-gpu", "tts", "llm"):
         svc = compose.services[name]
         assert svc["read_only"] is True and svc["user"] == "10001:10001", name
         assert svc["cap_drop"] == ["ALL"] and "no-new-privileges:true" in svc["security_opt"], name
@@ -103,7 +103,7 @@ def test_otel_collector_receives_what_the_services_send():
     grpc_endpoint = config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
     port = grpc_endpoint.rsplit(":", 1)[1]
     assert port in compose.services["otel-collector"]["expose"]
-    for name in ("gateway", "stt", "stt-gpu", "brain", "tts"):
+    for name in ("gateway", "stt", "stt-gpu", "brain", "brain-gpu", "tts"):
         assert compose.env(name)["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://otel-collector:{port}"
     for pipeline in config["service"]["pipelines"].values():
         assert set(pipeline["receivers"]) <= set(config["receivers"])

@@ -179,17 +179,45 @@ def test_services_find_each_other(rendered, overlay):
         assert localllm.MODEL_ALIAS == brain["BRAIN_LLM_MODEL"]
 
 
-def test_llm_server_command_follows_its_environment(tmp_path, monkeypatch):
+def test_the_llm_image_serves_llama_cpps_server_as_make_run_does(tmp_path, monkeypatch):
+    """The image's entry point runs the command make run's launcher builds (Stack.start_llm:
+    localllm.server_command): llama.cpp's server, from the prebuilt wheel the image installs,
+    with the same slots, batching and caches; only the address and the threads differ."""
+    from voicebot import localllm
+
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.setenv("LLM_MODEL_PATH", str(gguf))
+    monkeypatch.setenv("VOICEBOT_BIN_CACHE", str(tmp_path / "no-native-build"))  # as in the image
+    monkeypatch.delenv("LLM_SERVER_BIN", raising=False)
     argv = llm_server_module().build_command(
         {"LLM_HOST": "0.0.0.0", "LLM_PORT": "8001", "LLM_N_CTX": "2048", "LLM_THREADS": "3"})
-    pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
-    assert argv[1:3] == ["-m", "llama_cpp.server"]
+    assert argv[1:3] == ["-m", "voicebot.llm_prebuilt"]
+    assert localllm.describe(argv) == "llama-server, prebuilt wheel"
+    pairs = {flag: value for flag, value in zip(argv, [*argv[1:], ""], strict=True)
+             if flag.startswith("--") and not value.startswith("--")}
     assert pairs["--model"] == str(gguf) and pairs["--host"] == "0.0.0.0" and pairs["--port"] == "8001"
-    assert pairs["--n_ctx"] == "2048" and pairs["--n_threads"] == "3"
-    assert pairs["--model_alias"] == "voicebot-llm"
+    assert pairs["--parallel"] == str(localllm.SLOTS)
+    assert pairs["--ctx-size"] == str(2048 * localllm.SLOTS)
+    assert pairs["--threads"] == "3" and pairs["--alias"] == "voicebot-llm"
+    assert argv == localllm.server_command("0.0.0.0", 8001, n_ctx=2048, threads=3)  # make run's own
+
+
+def test_the_brain_beside_llama_cpp_pins_its_slots_as_make_run_does():
+    """overlays/cpu and the compose cpu profile give the brain the request fields make run gives
+    it (each kind of request in its own slot); vLLM's brain (gpu) gets none."""
+    import json
+
+    from voicebot import localllm
+
+    fields = {key: json.loads(value) for key, value in
+              read_env_file(ROOT / "k8s" / "components" / "llamacpp" / "brain.env").items()}
+    assert fields == {"BRAIN_LLM_EXTRA_BODY": localllm.main_request_fields(),
+                      "BRAIN_GUARD_EXTRA_BODY": localllm.guard_request_fields(),
+                      "BRAIN_SIDE_EXTRA_BODY": localllm.side_request_fields()}
+    compose = Compose.load(VARIABLES)
+    assert {key: json.loads(compose.env("brain")[key]) for key in fields} == fields
+    assert not set(fields) & set(compose.env("brain-gpu"))
 
 
 # ---------------------------------------------------------------- compose <-> Kubernetes

@@ -231,8 +231,9 @@ def test_gpu_overlay_runs_vllm_and_stt_on_gpus(rendered):
         llm = r.get("Deployment", "llm")
         c = r.container("llm")
         assert c["image"].startswith("vllm/vllm-openai:v")
-        for flag in ("--enable-prefix-caching", "--enable-auto-tool-choice", "--tool-call-parser=hermes"):
-            assert flag in c["args"], f"{name}: {flag}"
+        assert "--enable-prefix-caching" in c["args"], name
+        # The brain sends no tools (its reading is a JSON schema): no tool-call parser to keep in step.
+        assert not [a for a in c["args"] if a.startswith(("--tool-call-parser", "--enable-auto-tool"))], name
         model = next(a for a in c["args"] if a.startswith("--model="))
         assert re.fullmatch(r"--model=[\w.-]+/[\w.-]*Instruct[\w.-]*", model), model
         assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"

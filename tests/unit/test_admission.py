@@ -112,3 +112,13 @@ def test_credentials_in_urls_never_reach_a_log_line():
         line = JsonFormatter("gateway", content=content).format(rec)
         assert "tok-secret" not in line and "twilio-secret" not in line, line
         assert "token=<redacted>&x=1" in line
+
+
+def test_the_brains_redis_url_never_shows_its_password():
+    """Operators put a managed Redis's URL, password included, in BRAIN_REDIS_URL (docs/kubernetes.md)."""
+    from voicebot.brain.config import BrainSettings
+
+    settings = BrainSettings(redis_url="redis://:redis-password@host:6379/0")
+    shown = repr(settings) + str(settings) + json.dumps(settings.model_dump(mode="json"))
+    assert "redis-password" not in shown
+    assert settings.redis_url.get_secret_value() == "redis://:redis-password@host:6379/0"

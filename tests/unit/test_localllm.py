@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import stat
+import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -180,12 +182,18 @@ def test_setup_compiles_nothing_and_make_run_builds_for_this_cpu_in_the_backgrou
     assert started == []
     monkeypatch.setenv("LLM_NATIVE_BUILD", "auto")
     devstack.start_native_llm_build(stack)
-    script = started[0][-1]
-    assert len(started) == 1 and "flock -n" in script
-    assert "nice -n 19 bash scripts/build-llama-server.sh" in script
+    assert started == [[sys.executable, "-m", "voicebot.native_build"]]
+    job = (ROOT / "voicebot" / "native_build.py").read_text()
+    assert "os.nice(19)" in job and "build_lock()" in job and "scripts/build-llama-server.sh" in job
+    monkeypatch.setenv("LLM_QUANT", "packaged")
     executable(localllm.tuned_binary_path())
+    executable(localllm.tuned_quantize_path())
     devstack.start_native_llm_build(stack)
-    assert len(started) == 1
+    assert len(started) == 1  # built, and nothing to derive
+    monkeypatch.setenv("LLM_QUANT", "iq4_nl")
+    monkeypatch.setenv("LLM_MODEL_CACHE_DIR", str(tmp_path / "models"))
+    devstack.start_native_llm_build(stack)
+    assert len(started) == 2  # built, but the derivation did not finish: the job goes on with it
 
 
 def test_the_build_script_builds_what_localllm_looks_for():
@@ -267,7 +275,7 @@ def test_the_packaged_model_is_derived_once_for_this_cpus_kernels(packaged_model
     calls = (quantize.parent / "calls").read_text().splitlines()
     # Requantized from the packaged file, its token embeddings (looked up, never multiplied) kept.
     assert calls == [f"--allow-requantize --token-embedding-type q4_K {packaged_model} "
-                     f"{served.with_suffix('.tmp')} IQ4_NL {localllm.os.cpu_count() or 2}"]
+                     f"{served}.{localllm.os.getpid()}.tmp IQ4_NL {localllm.os.cpu_count() or 2}"]
     assert localllm.model_path() == served and len((quantize.parent / "calls").read_text().splitlines()) == 1
     # A copy made from another source or by another llama.cpp is made again.
     served.with_suffix(".derived").write_text("another source")
@@ -373,3 +381,59 @@ def test_an_unknown_speculative_setting_is_refused_by_name(fake_binary, monkeypa
 
 def test_a_build_that_cannot_list_its_options_gets_none_of_the_optional_ones(tmp_path):
     assert localllm.server_flags(str(tmp_path / "missing")) == frozenset()
+
+
+# A llama-quantize that writes half its output, then waits for a file named "go" beside it.
+SLOW_QUANTIZE = """#!/bin/sh
+here="$(dirname "$0")"
+echo half > "$5"
+touch "$here/writing"
+while [ ! -e "$here/go" ]; do sleep 0.05; done
+cat "$4" > "$5"
+"""
+
+
+def wait_for_file(path, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_start_during_the_background_derivation_serves_the_packaged_model(tmp_path, monkeypatch, capsys):
+    """The background job derives under the build lock; a start meanwhile serves the packaged,
+    verified file at once (never the half-written copy, never a second quantizer beside it), a
+    second job exits, and the next start after the job serves the finished copy."""
+    models = tmp_path / "models"
+    models.mkdir()
+    packaged = models / localllm.PACKAGED_NAME
+    packaged.write_bytes(b"GGUF packaged")
+    packaged.with_suffix(".verified").write_text(localllm.QWEN_GGUF_SHA256)
+    for name, value in {"LLM_MODEL_CACHE_DIR": str(models), "VOICEBOT_BIN_CACHE": str(tmp_path / "bin"),
+                        "LLM_QUANT": "iq4_nl"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("LLM_MODEL_PATH", raising=False)
+    quantize = executable(localllm.tuned_quantize_path())
+    quantize.write_text(SLOW_QUANTIZE)
+    derive = "from voicebot import localllm; print(localllm.model_path())"
+    job = subprocess.Popen([sys.executable, "-c", derive], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for_file(quantize.parent / "writing")
+        half = [path for path in models.iterdir() if path.name.endswith(".tmp")]
+        assert [path.name for path in half] == [f"qwen2.5-coder-1.5b-instruct-iq4_nl.gguf.{job.pid}.tmp"]
+        assert localllm.derivation_pending()
+        assert localllm.model_path() == packaged  # at once: the lock is the job's
+        assert "still deriving the model's iq4_nl copy" in capsys.readouterr().err
+        assert localllm.model_path(derive=False) == packaged
+        second = subprocess.run([sys.executable, "-m", "voicebot.native_build"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 0 and "another build holds the lock" in second.stdout
+        assert [path for path in models.iterdir() if path.name.endswith(".tmp")] == half
+    finally:
+        (quantize.parent / "go").touch()
+        out, _ = job.communicate(timeout=60)
+    derived = packaged.with_name("qwen2.5-coder-1.5b-instruct-iq4_nl.gguf")
+    assert job.returncode == 0 and out.strip() == str(derived)
+    assert localllm.model_path(derive=False) == derived and derived.read_bytes() == b"GGUF packaged"
+    assert not localllm.derivation_pending()
+    assert not [path for path in models.iterdir() if path.name.endswith(".tmp")]

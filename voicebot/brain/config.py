@@ -3,7 +3,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from voicebot.common.config import ServiceSettings
@@ -78,7 +78,8 @@ class BrainSettings(ServiceSettings):
     prefill_on_words_max: int = 4
     # At start, prefill the fixed prompt start (and the guard's) before serving.
     warm_up_timeout_s: float = 90.0
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    # May carry the password (a managed Redis's URL): a secret, never shown in logs or reprs.
+    redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
     session_ttl_s: int = 24 * 3600
     # The business's calendar day, pinned (tests, demos, benchmarks whose MCP servers pin theirs);
     # empty: the real date. "Tomorrow" and "Friday" are read from it.

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from voicebot.brain.errors import ProfileError
 from voicebot.brain.sentence_encoder import SentenceEncoder
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ _Words = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 
 class _Strict(BaseModel):
-    # The same rules as profile.py's models (not imported from there: see ``_file_error``).
+    # The same rules as profile.py's models (not imported from there: profile.py imports this module).
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -144,10 +145,6 @@ def _file_passages(name: str, path: Path) -> list[Passage]:
 
 
 def _file_error(path: Path, why: str) -> Exception:
-    # Imported here: profile.py imports this module's settings, so a top-level import would be a
-    # cycle that fails whichever of the two is imported first.
-    from voicebot.brain.profile import ProfileError
-
     return ProfileError(f"knowledge file {path}: {why}")
 
 

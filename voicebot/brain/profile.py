@@ -24,17 +24,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from voicebot.brain.errors import ProfileError
 from voicebot.brain.knowledge import KnowledgeSettings, load_passages
 
+__all__ = ["ProfileError"]  # raised here, defined in errors.py; importers may take it from either
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 # The demo businesses, each a folder: profile.yaml, knowledge.md and its MCP server.
 EXAMPLES_DIR = ROOT / "examples"
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class ProfileError(ValueError):
-    """The profile file is missing, not YAML, or names a field wrongly: the message says which."""
 
 
 class _Strict(BaseModel):

@@ -247,7 +247,8 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry,
         side_chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature,
                                 settings.side_extra_body)
         clients.append(side_chat)
-    redis = connect_redis(settings.redis_url)  # bounded reconnects, password, health checks
+    # Bounded reconnects, the password, health checks.
+    redis = connect_redis(settings.redis_url.get_secret_value())
     store = SessionStore(redis, settings.session_ttl_s, lease_s=settings.session_lease_s)
     pinned = settings.today
     agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile, side_chat=side_chat,

@@ -142,7 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--session", help="resume this session (printed by an earlier call)")
     p.add_argument("--protocol", choices=("v1", "realtime"), default="v1",
                    help="the gateway's own protocol (/v1/call) or the OpenAI Realtime API (/v1/realtime)")
+    check = sub.add_parser("profile", help="work with a business's profile").add_subparsers(
+        dest="action", required=True).add_parser(
+        "check", help="check a profile strictly (keys, templates, tools, tasks, knowledge) and print "
+                      "what the brain derives from it; the same check make run does")
+    check.add_argument("path", help="a profile YAML, or a shipped business's name (restaurant)")
+    check.add_argument("--no-knowledge", action="store_true", help="skip indexing the knowledge")
     args = parser.parse_args(argv)
+    if args.command == "profile":
+        from voicebot.brain import profile_check
+
+        return profile_check.main(args.path, knowledge=not args.no_knowledge)
     if not args.token:
         parser.error("--token (or VOICEBOT_TOKEN) is required; `make run` prints one")
     if not args.wav and args.text is None:
