@@ -314,6 +314,13 @@ def describe(profile: Profile, registry: ToolRegistry, tasks: dict[str, TaskSpec
             lines.append(f"  each found: {render(task.found, values)!r}")
     for name, kind in profile.references.items():
         lines.append(f"reference {name}: {kind.prefix}1, {kind.prefix}2 ... read as {kind.label!r}")
+    for situation in profile.urgent.situations:
+        then = ", then a handoff" if situation.handoff else ""
+        lines.append(f"urgent {situation.name}: {len(situation.examples)} examples; says "
+                     f"{' '.join(situation.say.split())!r}{then}")
+    for name, task in tasks.items():
+        if task.carry:
+            lines.append(f"task {name} carries {', '.join(task.carry)} from earlier tasks of the call")
     return lines
 
 
