@@ -133,7 +133,12 @@ class Conversation:
         """Words that are not a plain answer to the read-back: new values make a new proposal
         (nothing runs); a question is answered and the read-back said again."""
         if state.form is not None and reading.intent in (state.form.task, OTHER, QUESTION):
-            changed = self.forms.apply(state, reading.values, text)
+            values = reading.values
+            if is_question(text):  # "Before I say yes, where are you?" is no reason for a visit
+                spec = self.forms.tasks[state.form.task]
+                values = {k: v for k, v in values.items()
+                          if (item := spec.field(k)) is None or item.type not in ("text", "name")}
+            changed = self.forms.apply(state, values, text)
             if changed:
                 state.drop_pending()
                 step = await self.forms.advance(state, turn_id, read)
