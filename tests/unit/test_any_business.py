@@ -407,3 +407,20 @@ async def test_a_value_the_caller_never_said_is_the_models_invention_and_never_u
         {"intent": "open_ticket", "summary": "the server room is on fire", "priority": "high"})
     said = spoken(await caller.say("Hello, I need to open a ticket about something."))
     assert said == "What is the summary?" and helpdesk.writes() == []
+
+
+async def test_a_question_while_a_read_back_waits_never_becomes_a_text_value(desk):
+    """A model that copies the question into the free-text field changes nothing: the question
+    is answered (here: not known) and the same read-back is said again."""
+    caller, helpdesk, llm = desk
+    said = spoken(await caller.say("The printer on floor two is jammed, please open a high priority ticket."))
+    assert "the printer on floor two is jammed" in said
+    llm.script = lambda body: "ALLOW" if is_guard(body) else json.dumps(
+        {"intent": "question", "summary": "is the helpdesk open on weekends", "priority": None})
+    said = spoken(await caller.say("Before I say yes, is the helpdesk open on weekends?"))
+    assert "ticket about the printer on floor two is jammed" in said
+    assert "about is the helpdesk open" not in said
+    llm.script = desk_reader
+    await caller.say("Yes.")
+    [(_, args)] = helpdesk.writes()
+    assert args["summary"] == "the printer on floor two is jammed"

@@ -202,15 +202,3 @@ class _Spec:
     async def run(self, args, ctx):  # pragma: no cover - never called
         return {}
 
-
-async def test_a_question_the_model_copies_into_a_field_changes_nothing(caller, garage, scripted_llm):
-    await book_an_oil_change(caller, "The plate is M N seven three one zero.")
-
-    def copies_the_question(body):
-        if body["response_format"]["json_schema"]["name"] == "reading":
-            return json.dumps({"intent": "question", "customer_name": "where exactly are you"})
-        return garage_reader(body)
-
-    scripted_llm.script = copies_the_question
-    said = await caller.say("Before I say yes, where exactly are you?")
-    assert "for Jordan Blake" in said and "where exactly" not in said.split("information.", 1)[-1]
