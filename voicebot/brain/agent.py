@@ -300,7 +300,7 @@ class Agent(SessionRuntime):
 
 
 def urgent_screen(profile: Profile, encoder: SentenceEncoder | None, chat: ChatFunction,
-                  timeout_s: float = 4.0) -> UrgentScreen | None:
+                  timeout_s: float = 8.0) -> UrgentScreen | None:
     """The profile's urgent check (None: it names no urgent situation)."""
     if not profile.urgent.situations:
         return None

@@ -14,7 +14,7 @@ how callers say it and the sentence to say. Every turn is checked first, by mean
    name or ``none``), beside the turn's other work.
 
 What the check cannot finish (the model failed or timed out) counts as urgent when the
-screen put the turn clearly nearer to a situation than to anything routine (half the
+screen put the turn clearly nearer to a situation than to anything routine (by
 ``margin``): a false alarm costs a sentence, a missed emergency costs more.
 """
 
@@ -83,7 +83,7 @@ def urgent_prompt(business: str, situations: list[UrgentSituation]) -> str:
 
 class UrgentScreen:
     def __init__(self, settings: UrgentSettings, encoder: SentenceEncoder, business: str,
-                 chat: ChatFunction | None = None, timeout_s: float = 4.0) -> None:
+                 chat: ChatFunction | None = None, timeout_s: float = 8.0) -> None:
         self.settings = settings
         self.situations = list(settings.situations)
         self.encoder = encoder
@@ -124,7 +124,7 @@ class UrgentScreen:
         # read for the collapse, not for the booking around it.
         label, failed = await self._model_label(part)
         if failed:  # unsure and unread: clearly nearer a situation than anything routine is urgent
-            nearer = score - routine >= self.settings.margin / 2
+            nearer = score - routine >= self.settings.margin
             return self._checked(nearest if nearer else None, score, routine, "model-failed", started)
         chosen = next((s for s in self.situations if s.name == label), None)
         return self._checked(chosen, score, routine, "model", started)
