@@ -6,8 +6,11 @@ services side by side: one as configured (the end-of-turn model, the default) an
 gateway. Each request goes to both, one after the other, in a fresh session, streamed over the
 WebSocket in real-time 20 ms frames:
 
+- voices: real people (``bench/human_speech.py``: read prompts from a Debian package, spontaneous
+  speech from a PyPI sdist's test data) and two synthetic families (piper, espeak-ng);
 - held back: one sentence with a thinking pause of 300-900 ms inside ("My name is … Jordan
-  Blake"), piper (its comma pause stretched to the length) and espeak-ng voices at several
+  Blake"), piper (its comma pause stretched to the length), a person's read prompt (its longest
+  inner gap stretched), a person's own pauses, and espeak-ng voices at several
   speeds (an SSML break); the caller is *cut off* when the reply to half the sentence reaches
   their ears: reply audio of a turn whose ``transcript.final`` came before the caller's last
   voiced frame (an early final whose reply the gateway cancelled unheard, the turn going on with
@@ -117,8 +120,30 @@ class Request:
     audio: np.ndarray
 
 
+def human_requests() -> list[Request]:
+    """Real people (bench/human_speech.py): read prompts said in one go (complete), some of them
+    with a thinking pause stretched into their longest inner gap (held back), and spontaneous
+    speech whose pauses are the speaker's own (held back, its longest inner pause as the pause)."""
+    from bench import human_speech
+
+    prompts = human_speech.read_prompts(12)
+    out = [Request("complete", c.text, "human read", 0, c.audio) for c in prompts[:8]]
+    out += [Request("complete", c.text, "human read", 0, c.audio) for c in human_speech.read_aloud()]
+    for j, clip in enumerate(c for c in prompts[8:]):
+        pause = PAUSES_MS[j % len(PAUSES_MS)]
+        start, end = _longest_gap(clip.audio)
+        audio = np.concatenate([clip.audio[:start], np.zeros(RATE * pause // 1000, np.float32),
+                                clip.audio[end:]])
+        out.append(Request("held_back", clip.text, "human read", pause, audio))
+    for clip in human_speech.spontaneous():
+        start, end = _longest_gap(clip.audio)
+        pause = round((end - start + 160) * 1000 / RATE)  # _longest_gap leaves 80 samples either side
+        out.append(Request("held_back", clip.name, "human spontaneous", pause, clip.audio))
+    return out
+
+
 def requests() -> list[Request]:
-    out = []
+    out = human_requests()
     for i, (first, rest) in enumerate(HELD_BACK):
         for j, pause in enumerate(PAUSES_MS):
             voice = VOICES[(i + j) % len(VOICES)]
@@ -287,8 +312,11 @@ def summarise(outcomes: list[Outcome], side: str) -> dict[str, Any]:
     by_pause = {p: f"{sum(o.cut_off for o in held if o.pause_ms == p)}/{sum(o.pause_ms == p for o in held)}"
                 for p in PAUSES_MS}
     upto_700 = [o for o in held if o.pause_ms <= 700]
+    families = sorted({o.voice.split()[0] for o in held})
     return {
         "cut_off": f"{sum(o.cut_off for o in held)}/{len(held)}",
+        "cut_off_by_voice": {f: f"{sum(o.cut_off for o in held if o.voice.startswith(f))}/"
+                                f"{sum(o.voice.startswith(f) for o in held)}" for f in families},
         "early_final": f"{sum(o.early_final for o in held)}/{len(held)}",
         "resumed": f"{sum(o.resumed for o in mine)}/{len(mine)}",
         "cut_off_upto_700ms": f"{sum(o.cut_off for o in upto_700)}/{len(upto_700)}",
@@ -309,7 +337,9 @@ def table(report: dict[str, Any]) -> str:
              "SpeechStarted p50/p95 (4 streams)"]]
     for side in SIDES:
         s, c = report["sides"][side], report["concurrent"][side]
-        rows.append([side, s["cut_off"], s["cut_off_upto_700ms"], " ".join(s["cut_off_by_pause"].values()),
+        by_voice = " ".join(f"{f} {v}" for f, v in s["cut_off_by_voice"].items())
+        rows.append([side, f"{s['cut_off']} ({by_voice})", s["cut_off_upto_700ms"],
+                     " ".join(s["cut_off_by_pause"].values()),
                      s["early_final"], s["resumed"], f"{report['cancelled_unheard'][side]:g}",
                      pair(s["endpoint_ms"]), pair(s["v2v_ms"]),
                      pair(c["turn_model_ms"]) if side == "model" else "-", pair(c["speech_started_ms"])])
