@@ -253,7 +253,7 @@ async def _speak(ws, pcm: bytes, audio: np.ndarray) -> float:
 
 # ---- four streams straight to STT ------------------------------------------------
 async def concurrent_stt(addr: str, metrics_port: int, streams: int = 4) -> dict[str, Any]:
-    from voicebot.stt import bench as stt_bench
+    from bench import stt as stt_bench
 
     clips = [c for c in stt_bench.build_clips() if "-pause" not in c.name]
     before = _histogram(metrics_port)
