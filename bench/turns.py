@@ -6,10 +6,15 @@ services side by side: one as configured (the end-of-turn model, the default) an
 gateway. Each request goes to both, one after the other, in a fresh session, streamed over the
 WebSocket in real-time 20 ms frames:
 
+- voices: real people (``bench/human_speech.py``: read prompts from a Debian package, spontaneous
+  speech from a PyPI sdist's test data) and two synthetic families (piper, espeak-ng);
 - held back: one sentence with a thinking pause of 300-900 ms inside ("My name is … Jordan
-  Blake"), piper (its comma pause stretched to the length) and espeak-ng voices at several
-  speeds (an SSML break); the caller is *cut off* when a ``transcript.final`` reaches the client
-  before the caller's last voiced frame was sent;
+  Blake"), piper (its comma pause stretched to the length), a person's read prompt (its longest
+  inner gap stretched), a person's own pauses, and espeak-ng voices at several
+  speeds (an SSML break); the caller is *cut off* when the reply to half the sentence reaches
+  their ears: reply audio of a turn whose ``transcript.final`` came before the caller's last
+  voiced frame (an early final whose reply the gateway cancelled unheard, the turn going on with
+  both parts, is a *resumed* turn, not a cut-off; ``early final`` counts those finals alone);
 - complete: a question or request said in one go; the *endpoint delay* is the caller's last
   voiced frame → the first ``transcript.final`` at the client, and voice to voice is the last
   voiced frame → the reply's first audio.
@@ -17,7 +22,8 @@ WebSocket in real-time 20 ms frames:
 Then four callers at once stream the complete requests straight to each STT (gRPC): the
 model's inference time from the service's histogram (``voicebot_stt_turn_model_seconds``,
 interpolated in its buckets) and, for both services, SpeechStarted after the true onset (how
-late audio frames are handled while the model runs). Prints a table and JSON.
+late audio frames are handled while the model runs). Per side, the gateway's count of replies
+cancelled unheard (``voicebot_gateway_replies_cancelled_unheard_total``). Prints a table and JSON.
 """
 
 from __future__ import annotations
@@ -114,8 +120,30 @@ class Request:
     audio: np.ndarray
 
 
+def human_requests() -> list[Request]:
+    """Real people (bench/human_speech.py): read prompts said in one go (complete), some of them
+    with a thinking pause stretched into their longest inner gap (held back), and spontaneous
+    speech whose pauses are the speaker's own (held back, its longest inner pause as the pause)."""
+    from bench import human_speech
+
+    prompts = human_speech.read_prompts(12)
+    out = [Request("complete", c.text, "human read", 0, c.audio) for c in prompts[:8]]
+    out += [Request("complete", c.text, "human read", 0, c.audio) for c in human_speech.read_aloud()]
+    for j, clip in enumerate(c for c in prompts[8:]):
+        pause = PAUSES_MS[j % len(PAUSES_MS)]
+        start, end = _longest_gap(clip.audio)
+        audio = np.concatenate([clip.audio[:start], np.zeros(RATE * pause // 1000, np.float32),
+                                clip.audio[end:]])
+        out.append(Request("held_back", clip.text, "human read", pause, audio))
+    for clip in human_speech.spontaneous():
+        start, end = _longest_gap(clip.audio)
+        pause = round((end - start + 160) * 1000 / RATE)  # _longest_gap leaves 80 samples either side
+        out.append(Request("held_back", clip.name, "human spontaneous", pause, clip.audio))
+    return out
+
+
 def requests() -> list[Request]:
-    out = []
+    out = human_requests()
     for i, (first, rest) in enumerate(HELD_BACK):
         for j, pause in enumerate(PAUSES_MS):
             voice = VOICES[(i + j) % len(VOICES)]
@@ -136,7 +164,9 @@ class Outcome:
     voice: str
     pause_ms: int
     finals: list[str]
-    cut_off: bool
+    cut_off: bool  # the reply to half the sentence reached the caller
+    early_final: bool  # a final before the caller's last voiced frame (heard or not)
+    resumed: bool  # an early final's turn went on: a later final holds its words and more
     endpoint_ms: float | None
     v2v_ms: float | None
 
@@ -178,12 +208,33 @@ async def call(url: str, request: Request, side: str, timeout: float = 30.0) -> 
         listener.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await listener
-    finals = [(t, e.get("text", "")) for t, k, e in received if k == "transcript.final"]
+    return outcome(received, last_voiced, request, side)
+
+
+def outcome(received: list[tuple[float, str, Any]], last_voiced: float, request: Request,
+            side: str) -> Outcome:
+    """What the caller got: the finals, whether the reply to an early one was heard, the delays.
+    Audio frames belong to the turn of the ``audio.start`` before them."""
+    finals = [(t, e.get("text", ""), e.get("turn_id")) for t, k, e in received if k == "transcript.final"]
+    early = {turn for t, _, turn in finals if t < last_voiced}
+    heard_turns, turn = set(), None
+    for _t, kind, event in received:
+        if kind == "audio.start":
+            turn = event.get("turn_id")
+        elif kind == "audio" and turn is not None:
+            heard_turns.add(turn)
+    texts = [text for _, text, _ in finals]
+    resumed = any(later.startswith(earlier.rstrip(".?!,").strip()) and len(later) > len(earlier)
+                  for i, earlier in enumerate(texts) for later in texts[i + 1:])
+    # The endpoint: the first final after the last voiced frame (an early one was no endpoint of
+    # the whole request), else the first.
+    late = [t for t, _, _ in finals if t >= last_voiced]
+    endpoint = late[0] if late else (finals[0][0] if finals else None)
     audio = next((t for t, k, _ in received if k == "audio" and t > last_voiced), None)
     ms = lambda t: None if t is None else round((t - last_voiced) * 1000, 1)  # noqa: E731
-    return Outcome(side, request.kind, request.text, request.voice, request.pause_ms, [f for _, f in finals],
-                   cut_off=any(t < last_voiced for t, _ in finals),
-                   endpoint_ms=ms(finals[0][0]) if finals else None, v2v_ms=ms(audio))
+    return Outcome(side, request.kind, request.text, request.voice, request.pause_ms, texts,
+                   cut_off=bool(early & heard_turns), early_final=bool(early), resumed=resumed,
+                   endpoint_ms=ms(endpoint), v2v_ms=ms(audio))
 
 
 async def _speak(ws, pcm: bytes, audio: np.ndarray) -> float:
@@ -202,7 +253,7 @@ async def _speak(ws, pcm: bytes, audio: np.ndarray) -> float:
 
 # ---- four streams straight to STT ------------------------------------------------
 async def concurrent_stt(addr: str, metrics_port: int, streams: int = 4) -> dict[str, Any]:
-    from voicebot.stt import bench as stt_bench
+    from bench import stt as stt_bench
 
     clips = [c for c in stt_bench.build_clips() if "-pause" not in c.name]
     before = _histogram(metrics_port)
@@ -210,6 +261,16 @@ async def concurrent_stt(addr: str, metrics_port: int, streams: int = 4) -> dict
     after = _histogram(metrics_port)
     started = [r.started_ms for r in results if r.started_ms is not None]
     return {"speech_started_ms": _stat(started), "turn_model_ms": _bucket_quantiles(before, after)}
+
+
+CANCELLED_UNHEARD = "voicebot_gateway_replies_cancelled_unheard_total"
+
+
+def _counter(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        body = reply.read().decode()
+    found = re.search(rf"^{name} (\S+)$", body, re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 def _histogram(port: int) -> dict[float, float]:
@@ -251,13 +312,19 @@ def summarise(outcomes: list[Outcome], side: str) -> dict[str, Any]:
     by_pause = {p: f"{sum(o.cut_off for o in held if o.pause_ms == p)}/{sum(o.pause_ms == p for o in held)}"
                 for p in PAUSES_MS}
     upto_700 = [o for o in held if o.pause_ms <= 700]
+    families = sorted({o.voice.split()[0] for o in held})
     return {
         "cut_off": f"{sum(o.cut_off for o in held)}/{len(held)}",
+        "cut_off_by_voice": {f: f"{sum(o.cut_off for o in held if o.voice.startswith(f))}/"
+                                f"{sum(o.voice.startswith(f) for o in held)}" for f in families},
+        "early_final": f"{sum(o.early_final for o in held)}/{len(held)}",
+        "resumed": f"{sum(o.resumed for o in mine)}/{len(mine)}",
         "cut_off_upto_700ms": f"{sum(o.cut_off for o in upto_700)}/{len(upto_700)}",
         "cut_off_by_pause": by_pause,
         "endpoint_ms": _stat([o.endpoint_ms for o in done if o.endpoint_ms is not None]),
         "v2v_ms": _stat([o.v2v_ms for o in done if o.v2v_ms is not None]),
-        "complete_misses": sum(o.endpoint_ms is None or o.cut_off or len(o.finals) != 1 for o in done),
+        "complete_misses": sum(o.endpoint_ms is None or o.cut_off or (len(o.finals) != 1 and not o.resumed)
+                               for o in done),
     }
 
 
@@ -265,11 +332,15 @@ def table(report: dict[str, Any]) -> str:
     def pair(d: dict) -> str:
         return f"{d['p50']:.0f}/{d['p95']:.0f}" if d.get("p50") is not None else "-"
 
-    rows = [["", "cut off (all)", "cut off ≤700 ms", "by pause 300/500/700/900", "endpoint p50/p95",
-             "v2v p50/p95", "model ms p50/p95 (4 streams)", "SpeechStarted p50/p95 (4 streams)"]]
+    rows = [["", "cut off (all)", "cut off ≤700 ms", "by pause 300/500/700/900", "early final", "resumed",
+             "cancelled unheard", "endpoint p50/p95", "v2v p50/p95", "model ms p50/p95 (4 streams)",
+             "SpeechStarted p50/p95 (4 streams)"]]
     for side in SIDES:
         s, c = report["sides"][side], report["concurrent"][side]
-        rows.append([side, s["cut_off"], s["cut_off_upto_700ms"], " ".join(s["cut_off_by_pause"].values()),
+        by_voice = " ".join(f"{f} {v}" for f, v in s["cut_off_by_voice"].items())
+        rows.append([side, f"{s['cut_off']} ({by_voice})", s["cut_off_upto_700ms"],
+                     " ".join(s["cut_off_by_pause"].values()),
+                     s["early_final"], s["resumed"], f"{report['cancelled_unheard'][side]:g}",
                      pair(s["endpoint_ms"]), pair(s["v2v_ms"]),
                      pair(c["turn_model_ms"]) if side == "model" else "-", pair(c["speech_started_ms"])])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -293,12 +364,14 @@ async def main_async(model_env: dict[str, str]) -> dict[str, Any]:
             for side in SIDES}
         _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:",
                                                                 "RESERVATIONS_TODAY": "2026-11-30"})
-        urls = {}
+        urls, metrics = {}, {}
         for side in SIDES:
             _, gateway = start_brain_and_gateway(
                 stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stts[side],
                 tts=tts, name=side, brain_env={**profile_env, **llm_env, "BRAIN_TODAY": "2026-11-30"})
             urls[side] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
+            metrics[side] = f"http://127.0.0.1:{gateway.ready['http']}/metrics"
+        cancelled_before = {side: _counter(metrics[side], CANCELLED_UNHEARD) for side in SIDES}
         todo = await asyncio.to_thread(requests)
         outcomes: list[Outcome] = []
         for i, request in enumerate(todo):
@@ -306,16 +379,18 @@ async def main_async(model_env: dict[str, str]) -> dict[str, Any]:
             for side in (SIDES if i % 2 == 0 else SIDES[::-1]):
                 o = await call(urls[side], request, side)
                 outcomes.append(o)
-                flag = "CUT" if o.cut_off else "   "
+                flag = "CUT" if o.cut_off else ("RES" if o.resumed else "   ")
                 print(f"  {side:5s} {request.kind:9s} {request.pause_ms:4d} {flag} ep {o.endpoint_ms!s:>7} "
                       f"v2v {o.v2v_ms!s:>7}  {request.voice:16s} {request.text[:40]:40s} → {o.finals}",
                       flush=True)
+        cancelled = {side: _counter(metrics[side], CANCELLED_UNHEARD) - cancelled_before[side]
+                     for side in SIDES}
         concurrent = {side: await concurrent_stt(f"127.0.0.1:{stts[side].ready['grpc']}",
                                                  stts[side].ready["metrics"]) for side in SIDES}
     finally:
         stack.stop()
     return {"sides": {side: summarise(outcomes, side) for side in SIDES}, "concurrent": concurrent,
-            "outcomes": [asdict(o) for o in outcomes]}
+            "cancelled_unheard": cancelled, "outcomes": [asdict(o) for o in outcomes]}
 
 
 def main() -> None:
@@ -329,8 +404,10 @@ def main() -> None:
     report = asyncio.run(main_async(model_env))
     report["model_env"] = model_env
     print(table(report))
-    print("(cut off: a transcript.final reached the client before the caller's last voiced frame; "
-          "endpoint: last voiced frame → first transcript.final; v2v: → first reply audio; ms)")
+    print("(cut off: reply audio of a turn whose transcript.final came before the caller's last voiced "
+          "frame; early final: such a final, heard or not; resumed: a later final holds an earlier one's "
+          "words and more; endpoint: last voiced frame → the first transcript.final after it; v2v: → "
+          "first reply audio; ms)")
     print(json.dumps({k: v for k, v in report.items() if k != "outcomes"}, indent=2))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))

@@ -114,6 +114,9 @@ def test_the_service_refuses_to_start_on_a_missing_model_with_a_clear_message(tm
 def test_settings_keep_the_pause_below_the_timer_below_the_limit():
     with pytest.raises(ValueError, match="STT_TURN_PAUSE_MS"):
         SttSettings(turn_pause_ms=400)
+    with pytest.raises(ValueError, match="STT_TURN_WORDS_DONE_SILENCE_MS"):
+        SttSettings(turn_words_done_silence_ms=1500)  # longer than the limit it shortens
+    assert SttSettings(turn_words_done_silence_ms=0).turn_words_done_silence_ms == 0  # off
     assert SttSettings(turn_languages="en,de").turn_threshold_for("ko") is None
     assert SttSettings(turn_thresholds={"de": 0.7}).turn_threshold_for("de") == 0.7
     assert SttSettings(turn_model="off").turn_threshold_for("en") is None

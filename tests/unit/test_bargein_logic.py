@@ -330,10 +330,10 @@ def end_with_final(utterance: int, text: str, start_ms: int, end_ms: int) -> stt
 async def utterance_ends(call, utterance: int, text: str, start_ms: int, end_ms: int, together: bool) -> None:
     """STT's endpoint: the final inside the EndOfUtterance (``together``), or right after it."""
     if together:
-        await call._on_stt_event(end_with_final(utterance, text, start_ms, end_ms))
+        await call.speech.on_stt_event(end_with_final(utterance, text, start_ms, end_ms))
         return
-    await call._on_stt_event(end_of_utterance(utterance, end_ms))
-    await call._on_stt_event(transcript(utterance, text, start_ms, end_ms, final=True))
+    await call.speech.on_stt_event(end_of_utterance(utterance, end_ms))
+    await call.speech.on_stt_event(transcript(utterance, text, start_ms, end_ms, final=True))
 
 
 # The two ways STT may send the endpoint's final: the gateway must do the same with either.
@@ -350,12 +350,12 @@ async def until(check, timeout: float = 5.0) -> None:
 async def test_speech_while_the_bot_thinks_holds_the_reply_and_joins_the_two_parts():
     brain = FakeBrain(think_s=0.2)
     call, ws = make_call(brain, FakeTts())
-    call._start_turn("Actually", _timings(), transcribed=True)
+    call.start_turn("Actually", _timings(), transcribed=True)
     await until(lambda: len(brain.requests) == 1)  # the brain is thinking
-    await call._on_stt_event(speech_started(1, onset_ms=3000))
-    await call._on_stt_event(transcript(1, "make it three", 3000, 3500, final=False))
-    await call._on_stt_event(end_of_utterance(1, 4000))
-    await call._on_stt_event(transcript(1, "make it three people.", 3000, 4000, final=True))
+    await call.speech.on_stt_event(speech_started(1, onset_ms=3000))
+    await call.speech.on_stt_event(transcript(1, "make it three", 3000, 3500, final=False))
+    await call.speech.on_stt_event(end_of_utterance(1, 4000))
+    await call.speech.on_stt_event(transcript(1, "make it three people.", 3000, 4000, final=True))
     await until(lambda: "turn.metrics" in ws.kinds())
 
     assert [r.text for r in brain.requests] == ["Actually", "Actually make it three people."]
@@ -370,11 +370,11 @@ async def test_speech_while_the_bot_thinks_holds_the_reply_and_joins_the_two_par
 async def test_a_filler_while_the_bot_speaks_pauses_it_and_then_it_goes_on(together):
     brain = FakeBrain()
     call, ws = make_call(brain, FakeTts(audio_ms=700))
-    call._start_turn("When do you open?", _timings())
+    call.start_turn("When do you open?", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
     frames = ws.audio_frames()
-    await call._on_stt_event(transcript(0, "Uh", 1000, 1400, final=False))  # a filler: no words
+    await call.speech.on_stt_event(transcript(0, "Uh", 1000, 1400, final=False))  # a filler: no words
     await asyncio.sleep(0.3)
     assert ws.audio_frames() == frames  # not one frame while it is being judged
     await utterance_ends(call, 0, "Up.", 1000, 1100, together)  # words, but 100 ms of them
@@ -403,7 +403,7 @@ def written_together(call: Conversation) -> list[list[str]]:
 async def test_a_replys_audio_start_goes_out_together_with_its_first_frame():
     call, ws = make_call(FakeBrain(), FakeTts(audio_ms=300))
     batches = written_together(call)
-    call._start_turn("When do you open?", _timings())
+    call.start_turn("When do you open?", _timings())
     await until(lambda: "turn.metrics" in ws.kinds())
 
     assert ws.kinds()[ws.kinds().index("audio.start") + 1] == "audio"
@@ -415,14 +415,14 @@ async def test_a_reply_paused_before_its_first_frame_announces_its_audio_only_wi
     brain = FakeBrain(think_s=0.1)
     call, ws = make_call(brain, FakeTts(audio_ms=300))
     batches = written_together(call)
-    call._start_turn("When do you open?", _timings())
+    call.start_turn("When do you open?", _timings())
     await until(lambda: len(brain.requests) == 1)  # the brain is thinking
-    await call._on_stt_event(speech_started(0, onset_ms=1000))  # the reply is paused
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))  # the reply is paused
     await until(lambda: call.turn.spoken.received_ms >= 300)  # made meanwhile, and held
     await asyncio.sleep(0.05)
     assert call.turn.playout.paused
     assert "audio.start" not in ws.kinds() and ws.audio_frames() == 0
-    await call._on_stt_event(transcript(0, "Uh", 1000, 1400, final=False))
+    await call.speech.on_stt_event(transcript(0, "Uh", 1000, 1400, final=False))
     await utterance_ends(call, 0, "Up.", 1000, 1100, together=True)  # a false start: it goes on
     await until(lambda: "turn.metrics" in ws.kinds())
 
@@ -434,15 +434,15 @@ async def test_a_reply_paused_before_its_first_frame_announces_its_audio_only_wi
 
 async def test_speech_that_goes_on_is_confirmed_by_its_length_not_by_a_burst_of_audio():
     call, ws = make_call(FakeBrain(), FakeTts(audio_ms=3000), barge_in_min_speech_ms=400)
-    call._start_turn("When do you open?", _timings())
+    call.start_turn("When do you open?", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
-    await call._on_audio(FRAME)
-    await call._on_stt_event(speech_started(0, onset_ms=0))
+    await call.speech.on_audio(FRAME)
+    await call.speech.on_stt_event(speech_started(0, onset_ms=0))
     for _ in range(40):  # 800 ms of audio at once: ahead of what STT can have judged
-        await call._on_audio(FRAME)
+        await call.speech.on_audio(FRAME)
     assert "interrupt" not in ws.kinds()
     await asyncio.sleep(0.45)
-    await call._on_audio(FRAME)
+    await call.speech.on_audio(FRAME)
     assert ws.kinds()[-1] == "interrupt"
     frames = ws.audio_frames()
     await asyncio.sleep(0.2)
@@ -455,9 +455,9 @@ async def test_speech_that_goes_on_is_confirmed_by_its_length_not_by_a_burst_of_
 async def test_words_over_enough_speech_confirm_even_after_the_utterance_ended(together):
     brain = FakeBrain()
     call, ws = make_call(brain, FakeTts(audio_ms=3000))
-    call._start_turn("When do you open?", _timings())
+    call.start_turn("When do you open?", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
-    await call._on_stt_event(speech_started(0, onset_ms=500))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=500))
     await utterance_ends(call, 0, "No.", 500, 800, together)
     await until(lambda: len(brain.requests) == 2)
     kinds = ws.kinds()
@@ -473,19 +473,19 @@ def _timings() -> TurnTimings:
 async def test_stt_audio_waits_for_a_message_only_while_nothing_but_an_onset_depends_on_it():
     call, _ws = make_call(FakeBrain(think_s=0.1), FakeTts(audio_ms=300),
                           holds=Holds(idle_ms=100, playback_ms=60, speech_ms=40))
-    assert call._stt_hold_ms() == 100  # nothing happens
-    await call._on_stt_event(speech_started(0, onset_ms=0))
+    assert call.speech.stt_hold_ms() == 100  # nothing happens
+    await call.speech.on_stt_event(speech_started(0, onset_ms=0))
     # An utterance is open: its loud frames may wait 40 ms (the link sends a quiet one at once).
-    assert call._stt_hold_ms() == 40
-    await call._on_stt_event(end_of_utterance(0, 600))
-    await call._on_stt_event(transcript(0, "When do you open?", 0, 600, final=True))
-    assert call._stt_hold_ms() == 0  # the reply is being made: speech now would hold it back
+    assert call.speech.stt_hold_ms() == 40
+    await call.speech.on_stt_event(end_of_utterance(0, 600))
+    await call.speech.on_stt_event(transcript(0, "When do you open?", 0, 600, final=True))
+    assert call.speech.stt_hold_ms() == 0  # the reply is being made: speech now would hold it back
     await until(lambda: call.turn.spoken.sent_ms > 0)
-    assert call._stt_hold_ms() == 60  # it plays: only a barge-in's pause waits on the audio
-    await call._on_stt_event(speech_started(1, onset_ms=900))
-    assert call._stt_hold_ms() == 40
+    assert call.speech.stt_hold_ms() == 60  # it plays: only a barge-in's pause waits on the audio
+    await call.speech.on_stt_event(speech_started(1, onset_ms=900))
+    assert call.speech.stt_hold_ms() == 40
     await call.close()
     ungated, _ws = make_call(FakeBrain(), FakeTts(), holds=Holds(speech_ms=40, loud_rms=0))
-    await ungated._on_stt_event(speech_started(0, onset_ms=0))
-    assert ungated._stt_hold_ms() == 0  # no loudness gate: nothing could end a hold on speech
+    await ungated.speech.on_stt_event(speech_started(0, onset_ms=0))
+    assert ungated.speech.stt_hold_ms() == 0  # no loudness gate: nothing could end a hold on speech
     await ungated.close()

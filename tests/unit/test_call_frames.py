@@ -20,12 +20,12 @@ def oversized(call):
 
 
 def barge_in_pending(call):
-    call._barge_in.speech_started(1, 0, audible_turn="t1", received_ms=0, now=0.0)
+    call.turns.barge_in.speech_started(1, 0, audible_turn="t1", received_ms=0, now=0.0)
 
 
 def stt_queue_full(call):
     assert call.audio_now(FRAME)  # the link is open
-    call._stt.would_drop = lambda: True
+    call.speech.stt.would_drop = lambda: True
 
 
 @pytest.mark.parametrize(("case", "prepare", "taken"), [
@@ -38,11 +38,11 @@ def stt_queue_full(call):
 async def test_which_frames_the_sink_takes(case, prepare, taken):
     call, _ws = make_call(FakeBrain(), FakeTts())
     frame = (prepare and prepare(call)) or FRAME
-    stt_before = call._stt
+    stt_before = call.speech.stt
     frames_before = len(stt_before.outbox) if stt_before else 0
     assert call.audio_now(frame) is taken, case
     if taken:
-        assert call._stt is not None and len(call._stt.outbox) == frames_before + 1
+        assert call.speech.stt is not None and len(call.speech.stt.outbox) == frames_before + 1
     elif stt_before is not None:
         assert len(stt_before.outbox) == frames_before  # declined: nothing was done with it
     await call.close()

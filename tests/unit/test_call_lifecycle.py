@@ -20,7 +20,7 @@ SILENCE = bytes(640)  # 20 ms of 16 kHz PCM16
 
 async def a_call_that_took_a_turn_and_ended() -> weakref.ref:
     call, ws = make_call(FakeBrain(), FakeTts())
-    await call._on_audio(SILENCE)  # the STT link opens with the first audio
+    await call.speech.on_audio(SILENCE)  # the STT link opens with the first audio
     await say(call, 0, "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())
     await call.close()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from voicebot.gateway.codec_twilio import CLOSE_UNAUTHORIZED, TwilioCodec
+from voicebot.gateway.codec_twilio import CLOSE_UNAUTHORIZED, TwilioCodec, admits
 from voicebot.gateway.config import GatewaySettings
 from voicebot.gateway.events import (
     Audio,
@@ -131,3 +131,16 @@ def test_an_interrupt_clears_twilios_buffer_and_its_returned_marks_are_not_heard
                                    ReplyDelta("t_1", "Hello"), AudioEnd("t_1"), Error("overloaded", "busy")])
 def test_the_phone_hears_audio_only(event):
     assert started().encode(event) == []
+
+
+@pytest.mark.parametrize(("raw", "verdict"), [
+    (json.dumps(START), True),  # the start with the secret admits the stream
+    (json.dumps({"event": "connected", "protocol": "Call"}), None),  # Twilio's first message: wait
+    (json.dumps({**START, "start": {**START["start"], "customParameters": {"secret": "nope"}}}), False),
+    (json.dumps({"event": "start", "start": {}}), False),  # no secret at all
+    (json.dumps({"event": "media", "media": {"payload": PAYLOAD}}), False),  # media before start
+    ("not json", False),
+    (json.dumps(["start"]), False),
+])
+def test_before_its_start_the_codec_judges_each_message_and_the_transport_reads_them(raw, verdict):
+    assert admits(raw, SETTINGS) is verdict

@@ -81,7 +81,7 @@ async def test_a_refused_stt_stream_is_retried_with_backoff_and_told_once():
     stt = RefusingStt(grpc.StatusCode.RESOURCE_EXHAUSTED)
     call.upstreams.stt = stt
     for _ in range(50):  # a second of audio, frame by frame
-        await call._on_audio(FRAME)
+        await call.speech.on_audio(FRAME)
         await asyncio.sleep(0.02)
     await until(lambda: "audio.end" in ws.kinds())
 
@@ -95,7 +95,7 @@ async def test_stt_down_is_told_once_as_upstream_unavailable():
     call, ws = make_call(FakeBrain(), FakeTts())
     call.upstreams.stt = RefusingStt(grpc.StatusCode.UNAVAILABLE)
     for _ in range(20):
-        await call._on_audio(FRAME)
+        await call.speech.on_audio(FRAME)
         await asyncio.sleep(0.02)
     assert errors(ws) == ["upstream_unavailable"]
     await call.close()
@@ -108,7 +108,7 @@ def test_the_backoff_is_bounded():
 async def test_tts_failing_mid_reply_sends_the_error_then_a_fallback_and_the_next_turn_works():
     tts = FailingTts()
     call, ws = make_call(FakeBrain(), tts)
-    call._start_turn("When do you open?", _timings())
+    call.start_turn("When do you open?", _timings())
     await until(lambda: "audio.end" in ws.kinds())
     kinds = ws.kinds()
     # The error comes before any audio.end; the fallback follows on the same turn's audio.
@@ -121,7 +121,7 @@ async def test_tts_failing_mid_reply_sends_the_error_then_a_fallback_and_the_nex
 
     tts.fail = False
     ws.sent.clear()
-    call._start_turn("And on Sunday?", _timings())
+    call.start_turn("And on Sunday?", _timings())
     await until(lambda: "turn.metrics" in ws.kinds())
     assert "error" not in ws.kinds()
     await call.close()
@@ -130,12 +130,12 @@ async def test_tts_failing_mid_reply_sends_the_error_then_a_fallback_and_the_nex
 async def test_the_brain_down_is_heard_and_the_next_turn_works():
     brain = DownBrain()
     call, ws = make_call(brain, FakeTts())
-    call._start_turn("Hello?", _timings())
+    call.start_turn("Hello?", _timings())
     await until(lambda: "audio.end" in ws.kinds())
     assert ws.kinds() == ["error", "audio.start", "audio", "audio.end"]
     brain.down = False
     ws.sent.clear()
-    call._start_turn("Hello again", _timings())
+    call.start_turn("Hello again", _timings())
     await until(lambda: "turn.metrics" in ws.kinds())
     assert "error" not in ws.kinds() and "reply.done" in ws.kinds()
     await call.close()
@@ -158,13 +158,13 @@ class ResetAfterFinal(FakeBrain):
 
 async def test_an_error_after_the_brains_final_is_not_the_turns():
     call, ws = make_call(ResetAfterFinal(), FakeTts())
-    call._start_turn("Hello?", _timings())
+    call.start_turn("Hello?", _timings())
     await until(lambda: "turn.metrics" in ws.kinds())
 
     assert "error" not in ws.kinds()
     [done] = [e for e in ws.sent if isinstance(e, dict) and e["type"] == "reply.done"]
     assert done["text"] == "Sure, see you then."
-    assert call._history_settled()  # the turn is stored: the next may read ahead
+    assert call.turns.history_settled()  # the turn is stored: the next may read ahead
     await call.close()
 
 
@@ -178,7 +178,7 @@ async def test_an_error_before_the_brains_final_is_still_heard():
             return FakeCall(events())
 
     call, ws = make_call(ResetBeforeFinal(), FakeTts())
-    call._start_turn("Hello?", _timings())
+    call.start_turn("Hello?", _timings())
     await until(lambda: "error" in ws.kinds())
     assert errors(ws) == ["upstream_unavailable"]
     await call.close()

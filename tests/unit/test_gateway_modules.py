@@ -44,7 +44,7 @@ def test_no_import_cycles_in_the_gateway():
 
 def test_the_decision_modules_import_nothing_of_the_gateway():
     graph = gateway_imports()
-    for leaf in ("bargein", "spoken", "phrases", "origin"):
+    for leaf in ("bargein", "resume", "spoken", "phrases", "origin"):
         assert graph[leaf] == set(), f"gateway/{leaf}.py should stay a leaf: {graph[leaf]}"
 
 
@@ -53,4 +53,22 @@ def test_the_codecs_know_no_conversation_and_the_conversation_no_codec_or_socket
     for codec in ("codec_v1", "codec_realtime", "codec_twilio"):
         assert not graph[codec] & {"conversation", "active_turn", "transport", "ws_direct"}, codec
     wire = {"codec_v1", "codec_realtime", "codec_twilio", "transport", "ws_direct"}
-    assert not graph["conversation"] & wire
+    for stage in CONVERSATION_STAGES:
+        assert not graph[stage] & wire, stage
+
+
+# The conversation as stages: the session, the speech input, the turn driver (and what they share).
+CONVERSATION_STAGES = ("conversation", "speech_input", "turn_driver", "call_state")
+
+
+def test_each_stage_of_the_conversation_reads_in_one_sitting():
+    for stage in CONVERSATION_STAGES:
+        lines = len((GATEWAY / f"{stage}.py").read_text().splitlines())
+        assert lines < 400, f"gateway/{stage}.py has {lines} lines"
+
+
+def test_the_stages_depend_one_way_session_then_speech_input_then_turn_driver():
+    graph = gateway_imports()
+    assert "conversation" not in graph["speech_input"] | graph["turn_driver"] | graph["call_state"]
+    assert "speech_input" not in graph["turn_driver"] | graph["call_state"]
+    assert "turn_driver" not in graph["call_state"]

@@ -54,16 +54,16 @@ class ConverseBrain(FakeBrain):
 def make_call(brain, tts, **settings):
     """A call whose utterances open no standby calls: every Converse call is a preemptive one."""
     call, ws = test_bargein_logic.make_call(brain, tts, **settings)
-    call._open_standby = lambda _utterance: None
+    call.speech.open_standby = lambda _utterance: None
     return call, ws
 
 
 async def speak(call, utterance: int, early_text: str, final_text: str) -> None:
-    await call._on_stt_event(speech_started(utterance, onset_ms=1000))
-    await call._on_stt_event(speculative(utterance, early_text))
+    await call.speech.on_stt_event(speech_started(utterance, onset_ms=1000))
+    await call.speech.on_stt_event(speculative(utterance, early_text))
     await asyncio.sleep(0.05)
-    await call._on_stt_event(end_of_utterance(utterance, 2000))
-    await call._on_stt_event(transcript(utterance, final_text, 1000, 2000, final=True))
+    await call.speech.on_stt_event(end_of_utterance(utterance, 2000))
+    await call.speech.on_stt_event(transcript(utterance, final_text, 1000, 2000, final=True))
 
 
 def speculative(utterance: int, text: str):
@@ -99,11 +99,11 @@ async def test_other_words_at_the_endpoint_discard_it_and_it_is_never_heard():
 async def test_a_new_speculative_decode_replaces_the_older_start():
     brain = ConverseBrain()
     call, ws = make_call(brain, FakeTts())
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
-    await call._on_stt_event(speculative(0, "I would like"))
-    await call._on_stt_event(speculative(0, "I would like a table."))
-    await call._on_stt_event(end_of_utterance(0, 2500))
-    await call._on_stt_event(transcript(0, "I would like a table.", 1000, 2500, final=True))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(speculative(0, "I would like"))
+    await call.speech.on_stt_event(speculative(0, "I would like a table."))
+    await call.speech.on_stt_event(end_of_utterance(0, 2500))
+    await call.speech.on_stt_event(transcript(0, "I would like a table.", 1000, 2500, final=True))
     await until(lambda: "turn.metrics" in ws.kinds())
     assert len(brain.calls) == 2 and brain.calls[0].cancelled  # the first start was dropped
     assert brain.committed == ["I would like a table."] and brain.requests == []
@@ -113,9 +113,9 @@ async def test_a_new_speculative_decode_replaces_the_older_start():
 async def test_no_start_while_the_bot_is_still_speaking():
     brain = ConverseBrain()
     call, ws = make_call(brain, FakeTts(audio_ms=3000))
-    call._start_turn("Tell me about the menu", _timings())
+    call.start_turn("Tell me about the menu", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
-    await call._on_stt_event(speculative(0, "Wait, stop."))
+    await call.speech.on_stt_event(speculative(0, "Wait, stop."))
     assert brain.early == []  # a barge-in: what the caller heard is not known yet
     await call.close()
 
@@ -123,9 +123,9 @@ async def test_no_start_while_the_bot_is_still_speaking():
 async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air():
     brain = ConverseBrain()
     call, _ws = make_call(brain, FakeTts(), prefill_words=True)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
-    await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
-    await call._on_stt_event(transcript(0, "Do you have vegetarian", 1000, 1800, final=False))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
+    await call.speech.on_stt_event(transcript(0, "Do you have vegetarian", 1000, 1800, final=False))
     await until(lambda: [r.text for r in brain.prefills][-1:] == ["Do you have vegetarian"])
     sent = brain.prefills[-1]
     assert (sent.session_id, sent.user_id, sent.turn_id) == ("s_test", "alice", "")
@@ -136,9 +136,9 @@ async def test_interim_words_are_sent_for_prefill_while_no_reply_is_in_the_air()
 async def test_no_prefill_while_the_bot_is_speaking():
     brain = ConverseBrain()
     call, ws = make_call(brain, FakeTts(audio_ms=3000), prefill_words=True)
-    call._start_turn("Tell me about the menu", _timings())
+    call.start_turn("Tell me about the menu", _timings())
     await until(lambda: ws.kinds()[-1:] == ["audio"])
-    await call._on_stt_event(transcript(1, "Wait, what about", 5000, 5400, final=False))
+    await call.speech.on_stt_event(transcript(1, "Wait, what about", 5000, 5400, final=False))
     await asyncio.sleep(0.05)
     assert brain.prefills == []  # perhaps a barge-in, perhaps the bot's own echo
     await call.close()
@@ -147,7 +147,7 @@ async def test_no_prefill_while_the_bot_is_speaking():
 async def test_prefill_is_off_by_default():
     brain = ConverseBrain()
     call, _ws = make_call(brain, FakeTts())
-    await call._on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
+    await call.speech.on_stt_event(transcript(0, "Do you have", 1000, 1400, final=False))
     await asyncio.sleep(0.05)
     assert brain.prefills == []
     await call.close()
@@ -167,10 +167,10 @@ def _timings():
 async def test_a_committed_turn_cancelled_before_its_task_ran_ends_the_early_call():
     brain = ConverseBrain()
     call, _ws = make_call(brain, FakeTts())
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
-    await call._on_stt_event(speculative(0, "When do you open?"))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(speculative(0, "When do you open?"))
     await asyncio.sleep(0.05)
-    await call._on_stt_event(transcript(0, "When do you open?", 1000, 2000, final=True))
+    await call.speech.on_stt_event(transcript(0, "When do you open?", 1000, 2000, final=True))
     call.turn.task.cancel()  # before its first step: it never commits, and runs no finally
     await asyncio.sleep(0.05)
     assert brain.calls[0].cancelled and brain.committed == []

@@ -29,20 +29,20 @@ from voicebot.gateway.turn import TurnTimings
 
 async def say(call, utterance: int, text: str) -> None:
     onset, end = 1000 * utterance, 1000 * utterance + 800
-    await call._on_stt_event(speech_started(utterance, onset_ms=onset))
-    await call._on_stt_event(end_of_utterance(utterance, end))
-    await call._on_stt_event(transcript(utterance, text, onset, end, final=True))
+    await call.speech.on_stt_event(speech_started(utterance, onset_ms=onset))
+    await call.speech.on_stt_event(end_of_utterance(utterance, end))
+    await call.speech.on_stt_event(transcript(utterance, text, onset, end, final=True))
 
 
 async def speak_up(call) -> None:
     """The first utterance's onset: the calls open (and the session is read ahead) now."""
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
 
 
 async def stop_speaking(call, text: str) -> None:
     """The first utterance's endpoint and its transcript: the turn starts."""
-    await call._on_stt_event(end_of_utterance(0, 1800))
-    await call._on_stt_event(transcript(0, text, 1000, 1800, final=True))
+    await call.speech.on_stt_event(end_of_utterance(0, 1800))
+    await call.speech.on_stt_event(transcript(0, text, 1000, 1800, final=True))
 
 
 def replies(ws) -> list[str]:
@@ -102,13 +102,13 @@ async def test_the_turns_request_goes_to_the_brain_before_the_client_hears_trans
     log: list[tuple[str, str]] = []
     brain = EagerBrain(log)
     call, ws = make_call(brain, FakeTts())
-    emit = call.emit
+    emit = call.call.emit  # every stage sends its events through the call state
 
     async def logged(event) -> None:
         log.append(("client", event.kind))
         await emit(event)
 
-    call.emit = logged
+    call.call.emit = logged
     await speak_up(call)
     await stop_speaking(call, "When do you open?")
     await until(lambda: "turn.metrics" in ws.kinds())
@@ -148,9 +148,9 @@ async def test_calls_too_old_for_a_whole_turn_are_replaced_by_fresh_ones(monkeyp
 async def test_calls_an_upstream_already_ended_are_not_used():
     brain, tts = FakeBrain(), FakeTts()
     call, ws = make_call(brain, tts)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
     brain.opened[0].cancel()  # the brain restarted while the caller spoke: its call is over
-    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    await call.speech.on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
     await until(lambda: "turn.metrics" in ws.kinds())
     assert tts.opened[0].cancelled and len(tts.opened) == 2
     assert replies(ws) == ["Sure, see you then."]  # the caller hears the reply all the same
@@ -160,7 +160,7 @@ async def test_calls_an_upstream_already_ended_are_not_used():
 async def test_the_end_of_the_call_cancels_the_calls_it_held_open():
     brain, tts = FakeBrain(), FakeTts()
     call, _ws = make_call(brain, tts)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
     await call.close()
     assert brain.opened[0].cancelled and tts.opened[0].cancelled
     assert brain.requests == []
@@ -169,11 +169,11 @@ async def test_the_end_of_the_call_cancels_the_calls_it_held_open():
 async def test_a_preemptive_reply_keeps_its_own_brain_call_and_speaks_on_the_open_tts_stream():
     brain, tts = ConverseBrain(), FakeTts()
     call, ws = make_call(brain, tts)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
-    await call._on_stt_event(speculative(0, "When do you open?"))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(speculative(0, "When do you open?"))
     await asyncio.sleep(0.05)
-    await call._on_stt_event(end_of_utterance(0, 2000))
-    await call._on_stt_event(transcript(0, "When do you open?", 1000, 2000, final=True))
+    await call.speech.on_stt_event(end_of_utterance(0, 2000))
+    await call.speech.on_stt_event(transcript(0, "When do you open?", 1000, 2000, final=True))
     await until(lambda: "turn.metrics" in ws.kinds())
     standby_brain, _early_brain = brain.calls
     assert standby_brain.cancelled  # never given a request
@@ -199,8 +199,8 @@ async def test_a_turn_cancelled_before_its_task_ran_leaves_no_call_open():
     """A cancelled task that never started runs no ``finally``: its calls end by its done callback."""
     brain, tts = FakeBrain(), FakeTts()
     call, _ws = make_call(brain, tts)
-    await call._on_stt_event(speech_started(0, onset_ms=1000))
-    await call._on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
+    await call.speech.on_stt_event(speech_started(0, onset_ms=1000))
+    await call.speech.on_stt_event(transcript(0, "When do you open?", 1000, 1800, final=True))
     call.turn.task.cancel()  # e.g. a barge-in decided in the same loop turn
     await asyncio.sleep(0.05)
     assert brain.opened[0].cancelled and tts.opened[0].cancelled
@@ -244,7 +244,7 @@ async def test_a_typed_turn_while_the_caller_speaks_drops_the_read_ahead():
     call, ws = make_call(brain, tts)
     await speak_up(call)
     await until(lambda: brain.prepared)
-    call._start_turn("Actually, make it three.", TurnTimings())  # a text message meanwhile
+    call.start_turn("Actually, make it three.", TurnTimings())  # a text message meanwhile
     assert brain.opened[0].cancelled  # its read may be older than the typed turn's write
     await stop_speaking(call, "At seven.")
     await until(lambda: len(brain.requests) == 2 and "turn.metrics" in ws.kinds())

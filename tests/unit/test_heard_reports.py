@@ -92,9 +92,9 @@ async def played_out(call) -> None:
 
 async def test_a_reply_played_to_its_end_is_reported_whole():
     call, _ws, brain = make_read_back_call(FakeTts(audio_ms=200))
-    call._start_turn("A table for four at seven, under Lee.", TurnTimings())
+    call.start_turn("A table for four at seven, under Lee.", TurnTimings())
     await played_out(call)
-    call._start_turn("Yes.", TurnTimings())
+    call.start_turn("Yes.", TurnTimings())
     await until(lambda: len(brain.requests) == 2)
 
     report = brain.requests[1].previous_reply
@@ -104,9 +104,9 @@ async def test_a_reply_played_to_its_end_is_reported_whole():
 
 async def test_a_reply_cut_off_before_it_played_out_is_reported_as_far_as_it_was_played():
     call, ws, brain = make_read_back_call(FakeTts(audio_ms=2000))
-    call._start_turn("A table for four at seven, under Lee.", TurnTimings())
+    call.start_turn("A table for four at seven, under Lee.", TurnTimings())
     await until(lambda: ws.audio_frames() > 0)
-    call._start_turn("Yes.", TurnTimings())  # typed while the read-back still plays
+    call.start_turn("Yes.", TurnTimings())  # typed while the read-back still plays
     await until(lambda: len(brain.requests) == 2)
 
     report = brain.requests[1].previous_reply
@@ -118,9 +118,9 @@ async def test_a_reply_cut_off_before_it_played_out_is_reported_as_far_as_it_was
 async def test_a_sentence_tts_could_not_speak_is_missing_from_the_report():
     """TTS fails on the read-back's first sentence: the caller hears only the question."""
     call, _ws, brain = make_read_back_call(FaultyTts(audio_ms=200, skip="under Lee"))
-    call._start_turn("A table for four at seven, under Lee.", TurnTimings())
+    call.start_turn("A table for four at seven, under Lee.", TurnTimings())
     await played_out(call)
-    call._start_turn("Yes.", TurnTimings())
+    call.start_turn("Yes.", TurnTimings())
     await until(lambda: len(brain.requests) == 2)
 
     report = brain.requests[1].previous_reply
@@ -131,11 +131,11 @@ async def test_a_sentence_tts_could_not_speak_is_missing_from_the_report():
 async def test_a_reply_whose_tts_stream_failed_is_reported_as_far_as_it_went_never_the_fallback():
     tts = FaultyTts(audio_ms=1000, abort="under Lee")
     call, ws, brain = make_read_back_call(tts)
-    call._start_turn("A table for four at seven, under Lee.", TurnTimings())
+    call.start_turn("A table for four at seven, under Lee.", TurnTimings())
     await until(lambda: "error" in ws.kinds())
     await played_out(call)  # the fallback (a chime here) has played too
     assert ws.audio_frames() > 0
-    call._start_turn("Yes.", TurnTimings())
+    call.start_turn("Yes.", TurnTimings())
     await until(lambda: len(brain.requests) == 2)
 
     report = brain.requests[1].previous_reply
@@ -149,7 +149,7 @@ async def test_a_reply_whose_tts_stream_failed_is_reported_as_far_as_it_went_nev
 async def test_a_new_socket_has_no_report_to_give():
     """A resumed session (another socket, a restarted gateway) never carries an earlier one's."""
     call, _ws, brain = make_read_back_call(FakeTts(audio_ms=200))
-    call._start_turn("Yes.", TurnTimings())
+    call.start_turn("Yes.", TurnTimings())
     await until(lambda: len(brain.requests) == 1)
     assert not brain.requests[0].HasField("previous_reply")
     await call.close()
@@ -159,9 +159,9 @@ async def test_a_text_only_session_gets_no_audio_and_what_it_was_sent_is_what_wa
     tts = FakeTts(audio_ms=200)
     call, ws, brain = make_read_back_call(tts)
     call.text_only = True
-    call._start_turn("A table for four at seven, under Lee.", TurnTimings())
+    call.start_turn("A table for four at seven, under Lee.", TurnTimings())
     await until(lambda: "turn.metrics" in ws.kinds())
-    call._start_turn("Yes.", TurnTimings())  # at once: there is no audio to wait for
+    call.start_turn("Yes.", TurnTimings())  # at once: there is no audio to wait for
     await until(lambda: len(brain.requests) == 2)
 
     assert tts.opened == [] and ws.audio_frames() == 0 and "audio.start" not in ws.kinds()
@@ -174,9 +174,9 @@ async def test_a_text_only_reply_cut_off_mid_stream_is_reported_as_far_as_it_was
     brain = ReadBackBrain(between_s=5.0)
     call, ws = make_call(brain, FakeTts(), reply_first_words=0)
     call.text_only = True
-    call._start_turn("A table for four at seven, under Lee.", TurnTimings())
+    call.start_turn("A table for four at seven, under Lee.", TurnTimings())
     await until(lambda: "reply.delta" in ws.kinds())
-    call._start_turn("Yes.", TurnTimings())
+    call.start_turn("Yes.", TurnTimings())
     await until(lambda: len(brain.requests) == 2)
 
     report = brain.requests[1].previous_reply

@@ -67,3 +67,39 @@ def test_use_timer_puts_the_open_utterance_back_on_the_fixed_silence():
 def test_without_a_model_nothing_pauses():
     ep = Endpointer(EndpointConfig(min_speech_frames=2, min_silence_frames=10, max_frames=200))
     assert push(ep, [0.9] * 20 + [0.0] * 10) == [SpeechStart(0), SpeechEnd(20, "silence")]
+
+
+# The pause's words read as finished (the model unsure): the limit is 16 frames, not 30.
+WORDS = EndpointConfig(**{**CONFIG.__dict__, "words_done_silence_frames": 16})
+
+
+def test_finished_words_with_an_unsure_model_end_the_pause_sooner_than_the_limit():
+    ep = Endpointer(WORDS)
+    pause = push(ep, [0.9] * 20 + [0.0] * 4)[-1]
+    assert ep.words_done(pause) == []  # 4 silent frames so far: it waits for 16
+    assert push(ep, [0.0] * 11) == []
+    assert push(ep, [0.0]) == [SpeechEnd(20, "words")]
+
+
+def test_finished_words_told_late_end_the_pause_at_once():
+    ep = Endpointer(WORDS)
+    pause = push(ep, [0.9] * 20 + [0.0] * 4)[-1]
+    push(ep, [0.0] * 14)  # 18 silent frames when the words are judged
+    assert ep.words_done(pause) == [SpeechEnd(20, "words")]
+
+
+def test_speech_after_finished_words_puts_the_next_pause_back_on_the_limit():
+    ep = Endpointer(WORDS)
+    first = push(ep, [0.9] * 20 + [0.0] * 4)[-1]
+    ep.words_done(first)
+    assert push(ep, [0.9] * 5 + [0.0] * 20) == [Pause(32, 29)]  # no "words" end at 16 any more
+    assert push(ep, [0.0] * 9) == []
+    assert push(ep, [0.0]) == [SpeechEnd(29, "limit")]
+    assert ep.words_done(first) == []  # a verdict on an old pause ends nothing
+
+
+def test_without_a_words_limit_finished_words_change_nothing():
+    ep = Endpointer(CONFIG)
+    pause = push(ep, [0.9] * 20 + [0.0] * 20)[1]
+    assert ep.words_done(pause) == []
+    assert push(ep, [0.0] * 9) == [] and push(ep, [0.0]) == [SpeechEnd(20, "limit")]

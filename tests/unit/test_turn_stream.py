@@ -193,3 +193,28 @@ async def test_finished_words_and_audio_end_the_turn_and_words_alone_can_too():
     await text_only.wait_ends()
     assert text_only.ends() == ["model"]
     await text_only.finish()
+
+
+async def test_finished_words_end_a_pause_the_model_is_unsure_of_at_the_shorter_limit():
+    """A complete question in a voice the model does not know: it is unsure (0.05), the words
+    read as finished, so the turn ends after the words' limit (16 frames), not the full 30."""
+    h = Harness(ScriptedScorer(0.05), words="What kind of food do you serve?")
+    h.stream._recognizer._endpointer.config = replace(ENDPOINT, words_done_silence_frames=16)
+    await h.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await h.stream.feed(quiet(8))  # 14 silent frames: short of the words' limit
+    await asyncio.sleep(0.05)
+    assert h.ends() == []
+    await h.stream.feed(quiet(4))
+    await h.wait_ends()
+    assert h.ends() == ["words"]
+    await h.finish()
+    held = Harness(ScriptedScorer(0.05), words="Could we come on Friday,")
+    held.stream._recognizer._endpointer.config = replace(ENDPOINT, words_done_silence_frames=16)
+    await held.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await held.stream.feed(quiet(20))  # past the words' limit: these words go on
+    await asyncio.sleep(0.05)
+    assert held.ends() == []
+    await held.stream.feed(quiet(4))
+    await held.wait_ends()
+    assert held.ends() == ["limit"]
+    await held.finish()

@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from opentelemetry import trace
+
 from voicebot.gateway.events import AudioEnd, AudioFrame, AudioStart, Event, ReplyDelta
 from voicebot.gateway.playout import Playout
 from voicebot.gateway.preemptive import EarlyReply
@@ -47,6 +49,12 @@ class ActiveTurn:
     outcome: str = ""  # "completed" or "error" once the turn ended by itself
     # What was heard, fixed when the turn was cut off (the client stopped playing then).
     record: brain_pb2.SpokenPart | None = None
+    # The brain's dialog state after this turn (its final's): "confirm" when the reply asked
+    # for a yes, so the next turn may be the one that writes.
+    dialog_state: str = ""
+    # This turn may carry out a write (it answers a question for a yes, or follows a turn whose
+    # end the brain never reported): cancelled, its words are never sent again (turn_driver.py).
+    may_write: bool = False
 
     def heard_ms_reported(self, now: float) -> float | None:
         """The client's position now: its report plus the time since, while it had audio."""
@@ -76,6 +84,14 @@ class ActiveTurn:
         return brain_pb2.SpokenPart(turn_id=self.turn_id, text=heard, interrupted=not whole,
                                     user_text="" if whole else self.text)
 
+    def heard_any(self, now: float) -> bool:
+        """The caller has heard some of the reply: the client played some of its audio (its own
+        report, else what was sent less what it still buffers), or a text-only session was sent
+        some of its text."""
+        if self.delivered is not None:
+            return any(self.delivered)
+        return self.spoken.heard_ms(self.heard_ms_reported(now), now) > 0
+
     def audible(self, now: float) -> bool:
         """The reply is being made or heard (and was not interrupted)."""
         if self.interrupted or self.task is None:
@@ -99,6 +115,31 @@ class TurnStart:
             self.standby.cancel()
         if self.early is not None:
             self.early.call.cancel()
+
+
+@dataclass
+class WaitingTurn:
+    """A final's turn waiting until the caller heard some of the reply kept for them."""
+
+    text: str
+    timings: TurnTimings
+    span: trace.Span | None
+    early: EarlyReply | None
+    standby: StandbyCalls | None
+    task: asyncio.Task | None = None
+
+    def cancel(self) -> str:
+        """Never started: its calls end, and its words go to the turn that took its place."""
+        if self.task is not None:
+            self.task.cancel()
+        if self.early is not None:
+            self.early.discard()
+        if self.standby is not None:
+            self.standby.cancel()
+        if self.span is not None:
+            self.span.set_attribute("voicebot.turn.outcome", "joined")
+            self.span.end()
+        return self.text
 
 
 class TurnChannel:

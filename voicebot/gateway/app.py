@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from functools import partial
 from html import escape
 from importlib.resources import files
 
@@ -29,7 +30,14 @@ from voicebot.gateway.admission import Unauthenticated, UserSessions
 from voicebot.gateway.auth import TokenAuth
 from voicebot.gateway.capacity import Capacity, CpuUse, LoopLag
 from voicebot.gateway.codec_realtime import RealtimeCodec
-from voicebot.gateway.codec_twilio import BAD_INPUT_LOGS, TwilioCodec, read_start, secret_ok, twilio_enabled
+from voicebot.gateway.codec_twilio import (
+    BAD_INPUT_LOGS,
+    MESSAGES_BEFORE_START,
+    TwilioCodec,
+    admits,
+    secret_ok,
+    twilio_enabled,
+)
 from voicebot.gateway.codec_v1 import V1Codec
 from voicebot.gateway.config import GatewaySettings
 from voicebot.gateway.conversation import Conversation
@@ -39,7 +47,7 @@ from voicebot.gateway.origin import OriginPolicy
 from voicebot.gateway.protocol import ProtocolError, error_event
 from voicebot.gateway.redis_memory import watch_redis_memory
 from voicebot.gateway.sessions import SessionRegistry
-from voicebot.gateway.transport import Codec, Transport
+from voicebot.gateway.transport import Codec, Transport, read_opening
 from voicebot.gateway.upstreams import Upstreams
 from voicebot.gateway.ws_direct import DirectFramesProtocol
 
@@ -133,10 +141,12 @@ def create_app(settings: GatewaySettings) -> Starlette:
             return
         try:
             await ws.accept()
-            start = await read_start(ws, settings)
+            start, why = await read_opening(ws, partial(admits, settings=settings), MESSAGES_BEFORE_START,
+                                            settings.twilio_start_timeout_s)
         finally:
             unauthenticated.leave()
         if start is None:
+            ADMISSION_REFUSALS.labels(why).inc()
             await refuse(ws, CLOSE_UNAUTHORIZED, "unauthorized")
             return
         await serve(ws, TwilioCodec(settings), user, opening=(start,))

@@ -10,21 +10,19 @@ buffered and returns the remaining marks at once: those are ignored, they were n
 Twilio cannot send our headers, so the deployment's secret (GATEWAY_TWILIO_SECRET) comes as the
 ``secret`` custom parameter of ``start`` (or in the stream URL, ``?secret=``, which access logs
 keep). A socket without it in the URL holds no session slot until its ``start`` proved it
-(``read_start``, within GATEWAY_TWILIO_START_TIMEOUT_S). Twilio has no error message; bad input
+(``admits`` judges each message; ``transport.read_opening`` reads them, within
+GATEWAY_TWILIO_START_TIMEOUT_S): no codec reads the socket. Twilio has no error message; bad input
 is counted (voicebot_gateway_client_errors_total) and logged within a budget, and the call goes on.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hmac
 import json
 import logging
 from typing import Any
-
-from starlette.websockets import WebSocket
 
 from voicebot.gateway.admission import LogBudget
 from voicebot.gateway.config import GatewaySettings
@@ -43,7 +41,6 @@ from voicebot.gateway.events import (
     Start,
 )
 from voicebot.gateway.g711 import pcm16_to_ulaw, ulaw_to_pcm16
-from voicebot.gateway.metrics import ADMISSION_REFUSALS
 from voicebot.gateway.protocol import SessionStart
 
 log = logging.getLogger("voicebot.gateway.twilio")
@@ -81,28 +78,14 @@ def start_secret(raw: str) -> tuple[str | None, str | None]:
     return message.get("event"), secret if isinstance(secret, str) else None
 
 
-async def read_start(ws: WebSocket, settings: GatewaySettings) -> str | None:
-    """The stream's `start` message, if it carries the secret and comes within
-    GATEWAY_TWILIO_START_TIMEOUT_S; None (the refusal counted) otherwise."""
-    reason = "unauthorized"
-    try:
-        async with asyncio.timeout(settings.twilio_start_timeout_s):
-            for _ in range(MESSAGES_BEFORE_START):
-                message = await ws.receive()
-                raw = message.get("text")
-                if message["type"] == "websocket.disconnect" or raw is None:
-                    break
-                kind, secret = start_secret(raw)
-                if kind == "start":
-                    if secret_ok(secret, settings):
-                        return raw
-                    break
-                if kind != "connected":
-                    break
-    except TimeoutError:
-        reason = "auth_timeout"
-    ADMISSION_REFUSALS.labels(reason).inc()
-    return None
+def admits(raw: str, settings: GatewaySettings) -> bool | None:
+    """What one message before the secret says of the stream: True, a `start` with the secret
+    (the stream is admitted on it); None, Twilio's `connected` (wait for the next); False,
+    anything else (refuse)."""
+    kind, secret = start_secret(raw)
+    if kind == "start":
+        return secret_ok(secret, settings)
+    return None if kind == "connected" else False
 
 
 class TwilioCodec:

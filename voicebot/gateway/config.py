@@ -74,6 +74,10 @@ class GatewaySettings(BaseSettings):
     # A transcript confirms a barge-in only with words over at least this much speech:
     # Whisper hears words in short clicks and coughs.
     barge_in_min_words_ms: int = 200
+    # Speech that resumes before the caller heard any of the reply cancels it and joins the same
+    # turn, at most once per this many seconds; within it the reply goes out (a caller beside a
+    # television would otherwise never hear one).
+    resume_min_interval_s: float = 10.0
 
     # /v1/twilio: the per-deployment secret a Twilio stream must carry (?secret= in its URL or the
     # `secret` custom parameter; Twilio cannot send headers). Empty: the endpoint refuses every call.

@@ -20,7 +20,7 @@ import logging
 import grpc
 import numpy as np
 
-from voicebot.common.audio import float_to_pcm16
+from voicebot.common.audio import float_to_pcm16, pcm16_to_float, resample
 from voicebot.v1 import tts_pb2
 
 log = logging.getLogger("voicebot.gateway.fallback")
@@ -64,11 +64,15 @@ class FallbackVoice:
         if language not in self._warming:
             self._warming[language] = asyncio.create_task(self._warm(language))
 
-    def audio(self, kind: str, language: str) -> tuple[bytes, str]:
-        """The sentence's PCM and its source: ("tts" cached speech | "tone")."""
+    def audio(self, kind: str, language: str, rate: int | None = None) -> tuple[bytes, str]:
+        """The sentence's PCM (at ``rate``, else the gateway's) and its source: ("tts" cached
+        speech | "tone")."""
         language, _ = sentences_for(language)
         pcm = self._cache.get((language, kind))
-        return (pcm, "tts") if pcm else (self._chime, "tone")
+        pcm, source = (pcm, "tts") if pcm else (self._chime, "tone")
+        if rate is not None and rate != self.sample_rate:  # prepared at the gateway's rate
+            pcm = float_to_pcm16(resample(pcm16_to_float(pcm), self.sample_rate, rate))
+        return pcm, source
 
     async def close(self) -> None:
         for task in self._warming.values():

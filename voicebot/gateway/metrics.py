@@ -24,6 +24,16 @@ BARGE_IN_SECONDS = Histogram(
     "the barge-in confirmed (confirmed), interrupt sent (interrupt)",
     ["step"], buckets=(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 2.0),
 )
+# One turn until the caller has heard the reply (voicebot/gateway/turn_driver.py).
+RESUMED_TURNS = Counter("voicebot_gateway_resumed_turns_total",
+                        "Turns answered with the words of a turn whose reply was cancelled unheard")
+REPLIES_CANCELLED_UNHEARD = Counter(
+    "voicebot_gateway_replies_cancelled_unheard_total",
+    "Replies cancelled because the caller went on speaking before hearing any of them")
+REPLIES_KEPT_UNHEARD = Counter(
+    "voicebot_gateway_replies_kept_unheard_total",
+    "Replies that went out although the caller went on speaking before hearing them: another "
+    "was cancelled so within GATEWAY_RESUME_MIN_INTERVAL_S")
 ACTIVE_SESSIONS = Gauge("voicebot_active_sessions", "Open WebSocket sessions")
 CLIENT_ERRORS = Counter("voicebot_gateway_client_errors_total", "Error events sent", ["code"])
 STT_STREAMS = Gauge("voicebot_gateway_stt_streams", "STT streams the gateway holds open")

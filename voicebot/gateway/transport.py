@@ -25,6 +25,27 @@ from voicebot.gateway.metrics import CLIENT_ERRORS
 from voicebot.gateway.protocol import SessionStart
 
 
+async def read_opening(ws: WebSocket, admits: Callable[[str], bool | None], max_messages: int,
+                       timeout_s: float) -> tuple[str | None, str]:
+    """The text message that admits a socket before it holds a session (a Twilio stream's
+    ``start`` with its secret), read within ``timeout_s`` from at most ``max_messages``:
+    ``admits`` (the codec's) says True (this one), None (wait for the next) or False.
+    (None, why) when none did: "unauthorized" or "auth_timeout"."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            for _ in range(max_messages):
+                message = await ws.receive()
+                raw = message.get("text")
+                if message["type"] == "websocket.disconnect" or raw is None:
+                    break
+                verdict = admits(raw)
+                if verdict is not None:
+                    return (raw, "") if verdict else (None, "unauthorized")
+    except TimeoutError:
+        return None, "auth_timeout"
+    return None, "unauthorized"
+
+
 class Codec(Protocol):
     binary_audio: bool
     output_rate: int | None  # the rate the protocol fixes for reply audio (None: the gateway's)

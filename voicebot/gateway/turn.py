@@ -118,6 +118,7 @@ class TurnRunner:
         self.timeout_s = timeout_s
         self.phrase_chars = phrase_chars
         self.first_words = first_words
+        self.dialog_state = ""  # the brain's, from the turn's final
 
     async def run(self, req: TurnRequest, timings: TurnTimings, spoken: SpokenTracker,
                   playout: Playout, brain_call=None, standby: StandbyCalls | None = None,
@@ -231,7 +232,7 @@ class TurnRunner:
                         timings.first_delta = time.perf_counter()
                     await send(event.blocked.text)
                 elif kind == "final":
-                    final_text = event.final.text
+                    final_text, self.dialog_state = event.final.text, event.final.dialog_state
                 # tool activity and handoff are not spoken
             timings.brain_done = time.perf_counter()
             await send(phrases.flush())

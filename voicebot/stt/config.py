@@ -77,6 +77,12 @@ class SttSettings(ServiceSettings):
     # the pause's words already hold back a sentence that goes on (make bench-turns).
     turn_pause_ms: int = 256
     turn_max_silence_ms: int = 1200
+    # The wait depends on the words too: a pause whose decode reads as a finished sentence
+    # ends after this much silence though the model is unsure (a generated or unfamiliar voice's
+    # flat prosody); words that go on keep turn_max_silence_ms. A wrong end costs a cancelled
+    # reply, not a cut caller: the gateway joins speech that resumes before the reply was heard
+    # to the same turn. 0: the model alone shortens the wait.
+    turn_words_done_silence_ms: int = 512
     turn_threshold: float = Field(0.1, ge=0.0, le=1.0)
     # Per-language thresholds over turn_threshold, JSON: {"de": 0.6}.
     turn_thresholds: dict[str, float] = Field(default_factory=dict)
@@ -95,6 +101,10 @@ class SttSettings(ServiceSettings):
         if self.turn_model != "off" and not (
                 self.turn_pause_ms < self.min_silence_ms <= self.turn_max_silence_ms):
             raise ValueError("STT_TURN_PAUSE_MS < STT_MIN_SILENCE_MS <= STT_TURN_MAX_SILENCE_MS must hold")
+        if self.turn_words_done_silence_ms and not (
+                self.turn_pause_ms < self.turn_words_done_silence_ms <= self.turn_max_silence_ms):
+            raise ValueError("STT_TURN_PAUSE_MS < STT_TURN_WORDS_DONE_SILENCE_MS <= STT_TURN_MAX_SILENCE_MS "
+                             "must hold (0: off)")
         return self
 
     def turn_threshold_for(self, language: str) -> float | None:

@@ -13,7 +13,10 @@ With an end-of-turn model (``pause_frames`` > 0) the fixed silence is replaced: 
 utterance ends after ``max_silence_frames`` (reason "limit"). An utterance with less than
 ``min_turn_speech_frames`` of speech keeps the fixed silence as its limit, so a cough or a
 click never stays open longer than it did without the model. ``use_timer`` puts the open
-utterance back on the fixed silence (the model failed).
+utterance back on the fixed silence (the model failed). The wait depends on the pause's words
+too: ``words_done`` (the decode at the pause reads as a finished sentence, the model unsure)
+shortens this pause's limit to ``words_done_silence_frames`` (reason "words"); speech that
+comes back undoes it, and the next pause is judged afresh.
 
 Pure logic with no audio or clock, so it is tested with scripted probabilities.
 """
@@ -34,6 +37,8 @@ class EndpointConfig:
     pause_frames: int = 0
     max_silence_frames: int = 0
     min_turn_speech_frames: int = 0
+    # The limit of a pause whose words read as finished while the model is unsure (0: none).
+    words_done_silence_frames: int = 0
 
     @property
     def turn_model(self) -> bool:
@@ -48,7 +53,7 @@ class SpeechStart:
 @dataclass(frozen=True)
 class SpeechEnd:
     frame: int  # first frame after the last speech frame
-    reason: str  # "silence" | "model" | "limit" | "max_length" | "end_of_stream"
+    reason: str  # "silence" | "model" | "words" | "limit" | "max_length" | "end_of_stream"
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Endpointer:
         self._run = 0  # consecutive speech frames (idle) or silence frames (in speech)
         self._last_speech = 0
         self._timer_only = not config.turn_model  # the fixed silence ends the open utterance
+        self._words_done = False  # this pause's words read as finished: its shorter limit holds
 
     @property
     def last_speech_frame(self) -> int:
@@ -85,6 +91,19 @@ class Endpointer:
         if not self.in_speech or self._last_speech + 1 != pause.speech_end or self._run == 0:
             return []
         return [self._end(self._last_speech + 1, "model")]
+
+    def words_done(self, pause: Pause) -> list[SpeechEnd]:
+        """The pause's words read as finished (the model was unsure): this pause ends after
+        ``words_done_silence_frames``, now if it already lasted that long; nothing if speech came
+        back since (or the utterance ended)."""
+        frames = self.config.words_done_silence_frames
+        if (frames <= 0 or not self.in_speech or self._timer_only
+                or self._last_speech + 1 != pause.speech_end or self._run == 0):
+            return []
+        self._words_done = True
+        if self._run >= frames:
+            return [self._end(self._last_speech + 1, "words")]
+        return []
 
     def use_timer(self) -> list[SpeechEnd]:
         """The fixed silence ends the open utterance (the model could not answer)."""
@@ -125,6 +144,7 @@ class Endpointer:
         if probability >= self.config.neg_threshold:
             self._last_speech = index
             self._run = 0
+            self._words_done = False  # the pause was not the end: the next one is judged afresh
         else:
             self._run += 1
         limit, reason = self._limit()
@@ -142,9 +162,12 @@ class Endpointer:
         c = self.config
         if self._timer_only or self._last_speech + 1 - self.start_frame < c.min_turn_speech_frames:
             return c.min_silence_frames, "silence"
+        if self._words_done:
+            return c.words_done_silence_frames, "words"
         return c.max_silence_frames, "limit"
 
     def _end(self, frame: int, reason: str) -> SpeechEnd:
         self.in_speech = False
         self._run = 0
+        self._words_done = False
         return SpeechEnd(frame, reason)

@@ -124,6 +124,12 @@ class StreamRecognizer:
             return []
         return [self._close(end) for end in self._endpointer.end_turn(paused.pause)]
 
+    def words_done(self, paused: Paused) -> list[Ended]:
+        """The pause's words read as finished, the model unsure: the pause's shorter limit."""
+        if paused.utterance != self.utterance_index:
+            return []
+        return [self._close(end) for end in self._endpointer.words_done(paused.pause)]
+
     def use_timer(self, utterance: int) -> list[Ended]:
         """The fixed silence closes ``utterance`` (the model could not judge it)."""
         if utterance != self.utterance_index:

@@ -81,6 +81,7 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
             pause_frames=0 if threshold is None else max(1, s.turn_pause_ms // FRAME_MS),
             max_silence_frames=max(1, s.turn_max_silence_ms // FRAME_MS),
             min_turn_speech_frames=s.turn_min_speech_ms // FRAME_MS,
+            words_done_silence_frames=s.turn_words_done_silence_ms // FRAME_MS,
         )
         options = StreamOptions(
             language=language,

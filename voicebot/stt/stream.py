@@ -225,13 +225,15 @@ class RecognitionStream:
             self.verdicts[paused.utterance] = verdict
             for old in [u for u in self.verdicts if u < paused.utterance - 2]:
                 del self.verdicts[old]  # utterances whose span never asked
-            if not verdict.finished:
+            if not (verdict.finished or verdict.words_finished):
                 return  # not finished: more speech, or the endpointer's limit, ends it
         async with self._decide:
             if verdict is None:
                 events = self._recognizer.use_timer(paused.utterance)
-            else:
+            elif verdict.finished:
                 events = self._recognizer.end_turn(paused)
+            else:  # the words are done, the model unsure: a shorter wait (endpointer.py)
+                events = self._recognizer.words_done(paused)
             for event in events:
                 await self._publish(event)
 
@@ -245,7 +247,7 @@ class RecognitionStream:
         verdict = verdict or Verdict(1.0, 0.0, 0.0)  # words alone (STT_TURN_MODEL=text)
         held = text is not None and unfinished(text, self._options.language)
         return replace(verdict, finished=verdict.probability >= self._options.turn_threshold and not held,
-                       words_unfinished=held)
+                       words_unfinished=held, words_finished=bool(text and text.strip()) and not held)
 
     async def _pause_words(self, paused: Paused) -> str:
         """The text of the decode that ends where this pause began (waiting for it if need be)."""

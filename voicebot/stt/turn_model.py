@@ -149,6 +149,7 @@ class Verdict:
     waited: float  # queued behind other streams' inferences
     finished: bool = False  # the decision, the pause's words included
     words_unfinished: bool = False  # the decode at the pause read as speech that goes on
+    words_finished: bool = False  # the decode at the pause read as a finished sentence
 
 
 class TurnScorer:
