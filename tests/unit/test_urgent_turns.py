@@ -70,9 +70,9 @@ async def make_caller(garage, encoder, redis_url, scripted_llm, monkeypatch):
     chat = OpenAIChatClient(scripted_llm.base_url, "m", deadline_s=0.5)
     sources_all = []
 
-    async def make(handoff: bool = False, guard: bool = False):
+    async def make(handoff: bool = False, guard: bool = False, **lines: float):
         raw = yaml.safe_load(PROFILE)
-        raw["urgent"] = json.loads(json.dumps(URGENT))
+        raw["urgent"] = {**json.loads(json.dumps(URGENT)), **lines}
         raw["urgent"]["situations"][0]["handoff"] = handoff
         profile = parse_profile(raw)
         registry, sources = await build_registry(profile, wait_s=2)
@@ -149,3 +149,19 @@ async def test_a_situation_with_a_handoff_hands_the_call_over_after_its_sentence
 async def test_an_ordinary_turn_goes_on_as_usual(make_caller):
     caller = await make_caller()
     assert reply(await caller.say("I'd like an oil change.")) == "What is the car's number plate?"
+
+
+async def test_the_turns_model_reading_waits_for_the_urgent_checks_model(make_caller, scripted_llm):
+    """On a few CPU cores the check's model call must not queue behind the reading's."""
+    caller = await make_caller(sure_above=0.99, near_above=0.99, ask_above=0.0)  # always asked
+    order: list[str] = []
+    read = reader(strict_guard=False)
+
+    def recording(body):
+        order.append(body["response_format"]["json_schema"]["name"])
+        return read(body)
+
+    scripted_llm.script = recording
+    await caller.say("I'd like an oil change, something smells a bit odd under the bonnet.")
+    assert order.index("urgent") < order.index("reading")
+    assert order.count("urgent") == 1

@@ -152,7 +152,7 @@ class Agent(SessionRuntime):
         if turn.preface:
             await self.say(turn, events, turn.preface)
         decision = await self.conversation.decide(turn.state, request.text, request.turn_id,
-                                                  turn.last_turn(), read, turn.guard_asked.wait,
+                                                  turn.last_turn(), read, turn.before_model,
                                                   dict(request.session_context), request.previous_reply,
                                                   turn.finished)
         self._record_decision(turn, decision)

@@ -66,7 +66,7 @@ class BrainSettings(ServiceSettings):
     # assistant without tools.
     profile: str = ""
     # The longest a turn waits for the model's check of an urgent situation (profile ``urgent``);
-    # then a turn clearly nearer a situation than anything routine counts as urgent.
+    # then a turn nearer a situation than anything routine counts as urgent.
     urgent_timeout_s: float = 8.0
     # The longest a turn waits for the model's reading of the caller's words (only words the rules
     # and embeddings cannot read go to the model); then the caller hears the fallback sentence.

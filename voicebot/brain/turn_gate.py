@@ -131,7 +131,11 @@ class TurnGate:
         """The turn's gate with an urgent check: an urgent situation is the verdict (the guard is
         not waited for); otherwise the guard's verdict, as without one."""
         assert self.urgent is not None
-        check = await self.urgent.check(turn.request.text)
+        turn.urgent_checked.clear()
+        try:
+            check = await self.urgent.check(turn.request.text)
+        finally:
+            turn.urgent_checked.set()
         turn.record["urgent"] = check.record
         if check.urgent:
             if guard is not None:

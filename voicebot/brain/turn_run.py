@@ -31,6 +31,14 @@ class TurnRun:
     # Cleared while the topic guard's screen judges the words; set again once it passed them or
     # the guard's LLM call is on its way. The turn's model reading waits for it (``SessionRuntime._respond``).
     guard_asked: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
+    # Cleared while the urgent check runs: the turn's model reading waits for it, so the check's
+    # own model call does not queue behind the reading's on a few CPU cores.
+    urgent_checked: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
+
+    async def before_model(self) -> None:
+        """What the turn's model reading waits for: the urgent check, and the guard's screen."""
+        await self.urgent_checked.wait()
+        await self.guard_asked.wait()
     # The session's lease (session_lease.py): taken with the read, or by ``_confirmed`` for a
     # read made ahead.
     lease: Lease | None = None

@@ -14,8 +14,8 @@ how callers say it and the sentence to say. Every turn is checked first, by mean
    name or ``none``), beside the turn's other work.
 
 What the check cannot finish (the model failed or timed out) counts as urgent when the
-screen put the turn clearly nearer to a situation than to anything routine (by
-``margin``): a false alarm costs a sentence, a missed emergency costs more.
+screen put the turn nearer to a situation than to anything routine: a false alarm costs a
+sentence, a missed emergency costs more.
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ class UrgentScreen:
         # The clause nearest a situation, alone: "Could I come in today? My wife collapsed." is
         # read for the collapse, not for the booking around it.
         label, failed = await self._model_label(part)
-        if failed:  # unsure and unread: clearly nearer a situation than anything routine is urgent
-            nearer = score - routine >= self.settings.margin
+        if failed:  # unsure and unread: nearer a situation than anything routine is urgent
+            nearer = score > routine
             return self._checked(nearest if nearer else None, score, routine, "model-failed", started)
         chosen = next((s for s in self.situations if s.name == label), None)
         return self._checked(chosen, score, routine, "model", started)
