@@ -263,10 +263,7 @@ class UrgentSettings(_Strict):
     @field_validator("situations")
     @classmethod
     def _unique_names(cls, situations: list[UrgentSituation]) -> list[UrgentSituation]:
-        names = [s.name for s in situations]
-        if len(names) != len(set(names)):
-            raise ValueError(f"situation names must be unique, got {names}")
-        return situations
+        return _unique_by_name(situations, "situation")
 
 
 class Profile(_Strict):
@@ -291,10 +288,14 @@ class Profile(_Strict):
     @field_validator("mcp_servers")
     @classmethod
     def _unique_names(cls, servers: list[McpServer]) -> list[McpServer]:
-        names = [s.name for s in servers]
-        if len(names) != len(set(names)):
-            raise ValueError(f"server names must be unique, got {names}")
-        return servers
+        return _unique_by_name(servers, "server")
+
+
+def _unique_by_name(items: list[Any], what: str) -> list[Any]:
+    names = [item.name for item in items]
+    if len(names) != len(set(names)):
+        raise ValueError(f"{what} names must be unique, got {names}")
+    return items
 
 
 def expand_env(value: Any) -> Any:
