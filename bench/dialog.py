@@ -12,7 +12,8 @@ every turn the bench asks the MCP server what it recorded, and judges:
   bot's preceding turn did not read it back, or a write that differs from that
   read-back (the record's fields, in spoken form, must be in it).
 
-Prints a table and JSON. ``--profile`` picks one profile; ``--limit`` runs fewer dialogues.
+Prints a table and JSON. ``--profile`` picks one profile; ``--limit`` runs fewer dialogues;
+``--only WORDS`` runs only the dialogues whose name contains them (``--only off-script``).
 """
 
 from __future__ import annotations
@@ -198,8 +199,10 @@ async def run_dialog(dialog: dict[str, Any], judge: Judge, ws_url: str) -> Dialo
 
 
 async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm_url: str,
-                        llm_env: dict[str, str], redis_url: str, limit: int | None) -> list[DialogResult]:
+                        llm_env: dict[str, str], redis_url: str, limit: int | None,
+                        only: str = "") -> list[DialogResult]:
     spec = yaml.safe_load(DIALOGS[profile].read_text())
+    dialogs = [d for d in spec["dialogs"] if only.lower() in d["name"].lower()][:limit]
     prefix = {"restaurant": "RESERVATIONS", "clinic": "CLINIC", "salon": "SALON"}[profile]
     _, brain_env = start_mcp_servers(stack, profile, {
         f"{prefix}_TODAY": spec["today"], f"{prefix}_DB": ":memory:"})
@@ -214,7 +217,7 @@ async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm
     auth = {"Authorization": f"Bearer {brain_env[token_var]}"}
     async with McpToolSource(brain_env[url_var], headers=auth) as source:
         judge = Judge(spec, source)
-        for index, dialog in enumerate(spec["dialogs"][:limit]):
+        for index, dialog in enumerate(dialogs):
             result = await run_dialog(dialog, judge, ws_url)
             results.append(result)
             mark = "ok " if result.success else "FAIL"
@@ -257,7 +260,7 @@ async def each_profile(prefix: str, profiles: list[str], bench: Callable[..., Aw
 
 async def main_async(args: argparse.Namespace) -> int:
     async def one(profile: str, *started: Any) -> dict[str, Any]:
-        return summary(profile, await bench_profile(profile, *started, args.limit))
+        return summary(profile, await bench_profile(profile, *started, args.limit, args.only))
 
     rows = await each_profile("bench-dialog-", args.profile, one)
     print("\n| profile | dialogs | task success | safety violations | turn p50 s | turn p95 s |")
@@ -269,10 +272,13 @@ async def main_async(args: argparse.Namespace) -> int:
     return 1 if any(row["safety_violations"] for row in rows) else 0
 
 
-def profile_args(description: str, limit_help: str) -> argparse.Namespace:
-    """``--profile`` (repeatable; default: every shipped one, the restaurant first) and ``--limit``;
-    a SIGTERM (timeout, kill) then unwinds like Ctrl-C, so the stack a bench started is stopped."""
+def profile_args(description: str, limit_help: str, only_help: str = "") -> argparse.Namespace:
+    """``--profile`` (repeatable; default: every shipped one, the restaurant first), ``--limit`` and,
+    with ``only_help``, ``--only``; a SIGTERM (timeout, kill) then unwinds like Ctrl-C, so the stack
+    a bench started is stopped."""
     parser = argparse.ArgumentParser(description=description)
+    if only_help:
+        parser.add_argument("--only", default="", metavar="SUBSTRING", help=only_help)
     parser.add_argument("--profile", action="append", choices=sorted(DIALOGS),
                         help="profile to run (repeatable; default: all)")
     parser.add_argument("--limit", type=int, default=None, help=limit_help)
@@ -283,7 +289,8 @@ def profile_args(description: str, limit_help: str) -> argparse.Namespace:
 
 
 def main() -> None:
-    args = profile_args(__doc__.split("\n")[0], "dialogues per profile")
+    args = profile_args(__doc__.split("\n")[0], "dialogues per profile",
+                        "run only the dialogues whose name contains this (case-insensitive)")
     sys.exit(asyncio.run(main_async(args)))
 
 

@@ -5,7 +5,8 @@ Tools (with MCP annotations, which the brain maps onto its tool kinds):
 an ``idempotency_key``), ``find_appointments`` (read-only),
 ``cancel_appointment`` (destructive, idempotent). A business refusal is a tool
 error whose text starts with ``refused:``; bad input is a tool error starting
-with ``invalid:``. Phone numbers, dates of birth and reasons for the visit are
+with ``invalid:``, or with ``invalid_patient_name:`` for a name without a surname (the
+caller is asked for it again). Phone numbers, dates of birth and reasons for the visit are
 stored but never returned.
 
 The MCP endpoint is ``/mcp``; ``/healthz`` answers 200. With ``CLINIC_TOKEN``
@@ -29,7 +30,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from examples.clinic.store import InvalidRequest, OpeningTaken, Store
+from examples.clinic.store import InvalidRequest, NotAFullName, OpeningTaken, Store
 from voicebot.common import mcp_http
 from voicebot.common.logs import setup_logging
 from voicebot.common.mcp_http import BOOK, CANCEL, READ_ONLY, pinned_clock, tool_error, tool_ok
@@ -62,6 +63,8 @@ async def _run(work: Callable[[], dict[str, Any]]) -> CallToolResult:
         return tool_error(f"invalid: {exc}")
     except OpeningTaken as exc:
         return tool_error(f"refused: opening_taken: opening {exc} has just been booked; offer other openings")
+    except NotAFullName:  # the field, by the convention: the brain asks for it again
+        return tool_error("invalid_patient_name: the patient's first and last name are needed")
 
 
 Day = Annotated[str, Field(description="YYYY-MM-DD, 'today', 'tomorrow' or a weekday name such as 'tuesday' "

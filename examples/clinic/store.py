@@ -27,7 +27,7 @@ from typing import Any
 from examples import booking_db
 from examples.booking_db import WEEKDAYS, InvalidRequest, transaction
 
-__all__ = ["WEEKDAYS", "InvalidRequest", "OpeningTaken", "Store", "parse_day", "parse_time"]
+__all__ = ["WEEKDAYS", "InvalidRequest", "NotAFullName", "OpeningTaken", "Store", "parse_day", "parse_time"]
 
 CLINICIANS = {"patel": "Dr. Patel", "kim": "Dr. Kim"}  # id -> the name callers use
 SESSIONS = (("09:00", "12:00"), ("14:00", "17:00"))  # morning and afternoon, end exclusive
@@ -63,6 +63,10 @@ _APPOINTMENT_SELECT = ("SELECT appointment_id, date, start, clinician, patient_n
 
 class OpeningTaken(Exception):
     """Someone else holds that opening."""
+
+
+class NotAFullName(Exception):
+    """A patient name of one word: the clinic files patients by first and last name."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,8 @@ class Store(booking_db.BookingStore):
             opening = self.opening(opening_id)
             if self._held(opening.opening_id):
                 raise OpeningTaken(opening.opening_id)
+            if len(name.split()) < 2:
+                raise NotAFullName(name)
             appointment_id = "APT-" + secrets.token_hex(4).upper()
             self._db.execute(
                 "INSERT INTO appointments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'confirmed', ?, ?)",

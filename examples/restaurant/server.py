@@ -4,7 +4,8 @@ Tools (with MCP annotations, which the brain maps onto its tool kinds):
 ``find_slots`` (read-only), ``create_reservation`` (additive, idempotent with
 an ``idempotency_key``), ``get_reservation`` (read-only), ``cancel_reservation``
 (destructive, idempotent). A business refusal is a tool error whose text starts
-with ``refused:``; bad input is a tool error starting with ``invalid:``. Phone
+with ``refused:`` (a party larger than the largest table: ``refused: <a sentence the
+caller hears>``); bad input is a tool error starting with ``invalid:``. Phone
 numbers are stored but never returned.
 
 ``admin_set_failures`` (served only with ``RESERVATIONS_ADMIN=true``: tests
@@ -32,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from examples.restaurant.failures import FailurePlan, parse_plan
-from examples.restaurant.store import InvalidRequest, SlotTaken, Store
+from examples.restaurant.store import InvalidRequest, PartyTooLarge, SlotTaken, Store
 from voicebot.common import mcp_http
 from voicebot.common.logs import setup_logging
 from voicebot.common.mcp_http import BOOK, CANCEL, READ_ONLY, pinned_clock, tool_error, tool_ok
@@ -78,6 +79,8 @@ class Reservations:
             return tool_error(f"invalid: {exc}")
         except SlotTaken as exc:
             return tool_error(f"refused: slot_taken: no table left in slot {exc}; offer other times")
+        except PartyTooLarge as exc:  # a sentence for the caller (docs/add-a-business.md, the convention)
+            return tool_error(f"refused: {exc}")
 
     async def _inject(self, tool: str) -> CallToolResult | None:
         failure = self.plan.next(tool)

@@ -20,7 +20,7 @@ from typing import Any
 from examples import booking_db
 from examples.booking_db import InvalidRequest, parse_day, transaction
 
-__all__ = ["InvalidRequest", "SlotTaken", "Store", "parse_day", "parse_time"]
+__all__ = ["InvalidRequest", "PartyTooLarge", "SlotTaken", "Store", "parse_day", "parse_time"]
 
 OPENING_TIMES = tuple(f"{h:02d}:{m:02d}" for h in range(18, 22) for m in (0, 30))  # 18:00 … 21:30
 TABLES = {2: 3, 4: 3}  # seats per table -> tables of that size in every time slot
@@ -48,6 +48,10 @@ CREATE TABLE IF NOT EXISTS reservations (
 );
 CREATE INDEX IF NOT EXISTS reservations_slot ON reservations (slot_id, status);
 """
+
+
+class PartyTooLarge(Exception):
+    """More people than the largest table seats: a business refusal, said to the caller as it is."""
 
 
 class SlotTaken(Exception):
@@ -203,8 +207,8 @@ def _check_people(people: int) -> None:
     if people < 1:
         raise InvalidRequest("people must be at least 1")
     if people > MAX_PEOPLE:
-        raise InvalidRequest(f"the largest table seats {MAX_PEOPLE}; for more people the caller "
-                             "should speak to the restaurant")
+        raise PartyTooLarge(f"our largest table seats {MAX_PEOPLE} people, so we cannot book a table "
+                            f"for {people}")
 
 
 def _weekday(day: str) -> str:

@@ -11,7 +11,8 @@ generic client can read the allowed values; the server still accepts simple
 synonyms ("cut", "color", "beard"), case-insensitively.
 
 A business refusal is a tool error whose text starts with ``refused:``; bad
-input is a tool error starting with ``invalid:``. Phone numbers are stored
+input is a tool error starting with ``invalid:``, or with ``customer_name:`` for a
+name without a surname (the caller is asked for it again). Phone numbers are stored
 but never returned. The MCP endpoint is ``/mcp``; ``/healthz`` answers 200.
 With ``SALON_TOKEN`` set, every other request needs
 ``Authorization: Bearer <token>`` and gets 401 without it: the write tools
@@ -34,7 +35,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from examples.salon.store import SERVICES, STYLISTS, InvalidRequest, Store, TimeTaken
+from examples.salon.store import SERVICES, STYLISTS, InvalidRequest, NotAFullName, Store, TimeTaken
 from voicebot.common import mcp_http
 from voicebot.common.logs import setup_logging
 from voicebot.common.mcp_http import BOOK, CANCEL, READ_ONLY, pinned_clock, tool_error, tool_ok
@@ -69,6 +70,8 @@ async def _run(work: Callable[[], dict[str, Any]]) -> CallToolResult:
         start = exc.start
         return tool_error(f"refused: time_taken: {start.time} with {STYLISTS[start.stylist]} on "
                       f"{start.day:%A} {start.day.isoformat()} is no longer free; offer other times")
+    except NotAFullName:  # the field, by the convention: the brain asks for it again
+        return tool_error("customer_name: the customer's first and last name are needed")
 
 
 # The enums are schema only (json_schema_extra), not Literal types: a Literal would make the

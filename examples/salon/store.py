@@ -29,7 +29,8 @@ from typing import Any
 from examples import booking_db
 from examples.booking_db import InvalidRequest, transaction
 
-__all__ = ["SERVICES", "STYLISTS", "InvalidRequest", "Store", "TimeTaken", "parse_service", "parse_stylist"]
+__all__ = ["SERVICES", "STYLISTS", "InvalidRequest", "NotAFullName", "Store", "TimeTaken", "parse_service",
+           "parse_stylist"]
 
 STYLISTS = {"mia": "Mia", "leo": "Leo"}  # id -> the name callers use
 SERVICES = {"haircut": 30, "colour": 90, "beard trim": 15}  # name -> minutes
@@ -123,6 +124,10 @@ class TimeTaken(Exception):
     def __init__(self, start: Start) -> None:
         super().__init__(start.time_id)
         self.start = start
+
+
+class NotAFullName(Exception):
+    """A customer name of one word: two customers called Alex must not share a visit list."""
 
 
 def _words(text: str) -> str:
@@ -224,6 +229,8 @@ class Store(booking_db.BookingStore):
             start = self.start(time_id)
             if self._any_held(start.openings()):
                 raise TimeTaken(start)
+            if len(name.split()) < 2:
+                raise NotAFullName(name)
             visit_id = "V-" + secrets.token_hex(4).upper()
             self._db.execute(
                 "INSERT INTO visits VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'booked', ?, ?)",

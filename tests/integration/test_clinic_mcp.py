@@ -182,6 +182,15 @@ async def test_a_taken_opening_is_refused(tools: dict[str, McpTool]) -> None:
     assert second["appointments"] == []
 
 
+async def test_a_name_without_a_surname_names_the_field_to_ask_again(tools: dict[str, McpTool]) -> None:
+    opening = (await openings(tools, date="2030-01-11", clinician="Dr. Patel", after="10:00"))[0]
+    with pytest.raises(ValueError, match=r"^invalid_patient_name: "):
+        await book(tools, opening["opening_id"], "Hopper", "surname-1")
+    assert (await tools["find_appointments"].run({"patient_name": "Hopper"}, ctx()))["appointments"] == []
+    booked = await book(tools, opening["opening_id"], "Grace Hopper", "surname-2")
+    assert booked["start"] == opening["start"]
+
+
 @pytest.mark.parametrize(("tool", "args", "error"), [
     ("book_appointment", {"opening_id": "nope", "patient_name": "X", "reason": "r"}, "unknown opening_id"),
     ("book_appointment", {"opening_id": "20300112-0900-patel", "patient_name": "X", "reason": "r"},

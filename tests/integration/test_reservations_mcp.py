@@ -177,7 +177,8 @@ async def test_bad_input_is_a_tool_error(source: McpToolSource) -> None:
         await tools["create_reservation"].run({"slot_id": "nope", "name": "X", "people": 2}, ctx("bad-1"))
     with pytest.raises(ValueError, match=r"^invalid: .*past"):
         await tools["find_slots"].run({"day": "2030-01-01", "people": 2}, ctx())
-    with pytest.raises(ValueError, match=r"^invalid: the largest table seats 4"):
+    with pytest.raises(ToolRefused, match=r"^refused: our largest table seats 4 people, so we cannot "
+                                          r"book a table for 9$"):  # a sentence the caller hears
         await tools["find_slots"].run({"day": "friday", "people": 9}, ctx())
 
 

@@ -141,6 +141,15 @@ async def test_a_booked_time_is_no_longer_free(tools: dict[str, McpTool]) -> Non
     assert second["visits"] == []
 
 
+async def test_a_name_without_a_surname_names_the_field_to_ask_again(tools: dict[str, McpTool]) -> None:
+    time = (await free(tools, day="2030-01-16", service="beard trim", stylist="Mia", from_time="15:00"))[0]
+    with pytest.raises(ValueError, match=r"^customer_name: "):
+        await book(tools, time["time_id"], "Lovelace", "surname-1")
+    assert (await tools["find_visits"].run({"customer_name": "Lovelace"}, ctx()))["visits"] == []
+    booked = await book(tools, time["time_id"], "Ada Lovelace", "surname-2")
+    assert booked["time"] == time["time"]
+
+
 async def test_a_colour_blocks_three_openings(tools: dict[str, McpTool]) -> None:
     colour = (await free(tools, day="thursday", service="colour", stylist="Leo", from_time="11:00"))[0]
     assert colour["time"] == "11:00"
