@@ -88,3 +88,14 @@ def test_normalise_gives_none_for_words_without_a_value_of_the_kind():
     assert normalise("integer", "lots", today=MONDAY) is None
     assert normalise("choice", "a perm", today=MONDAY, choices=["haircut"]) is None
     assert normalise("text", "  my laptop will not start. ", today=MONDAY) == "my laptop will not start"
+
+
+@pytest.mark.parametrize(("text", "day"), [
+    ("Sorry, one thing first: can we bring our own birthday cake?", None),
+    ("First we need a table on Friday", "2026-12-04"),
+    ("the 12th", "2026-12-12"), ("Twelfth.", "2026-12-12"), ("on the first", "2026-12-01"),
+    ("December 1st", "2026-12-01"), ("first of December", "2026-12-01"),
+])
+def test_an_ordinal_is_a_day_only_when_said_as_one(text, day):
+    found = parse_date(text, dt.date(2026, 11, 29))
+    assert (found.isoformat() if found else None) == day

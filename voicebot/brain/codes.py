@@ -23,10 +23,10 @@ _REPEAT = {"double": 2, "triple": 3}
 # "M as in Mike", "M for Mike", "M like Mike": the letter, not the word that spells it.
 _AS_IN = re.compile(r"\b([a-z])\s*(?:,\s*)?(?:as in|for|like)\s+[a-z]+\b", re.I)
 _LEADS = re.compile(
-    r"^(?:(?:so|well|okay|ok|um|uh|yes|yeah|sure)[,\s]+)*"
+    r"^(?:(?:so|well|okay|ok|um|uh|oh|ah|yes|yeah|sure)[,\s]+)*"
     r"(?:(?:it's|it is|that's|that is|this is)\s+(?:for\s+)?|"
     r"(?:the|my|our|his|her|their)\s+(?:[\w-]+\s+){0,3}?(?:is|was|would be|will be|:)\s+|"
-    r"(?:it's|it is)\s+about\s+|(?:for|about)\s+(?=\w))", re.I)
+    r"(?:it's|it is)\s+about\s+|(?:for|about)\s+(?=\w))?", re.I)
 _FILLER_WORDS = frozenset("the is my our a an it it's its number code plate reference please "
                           "and that's that".split())
 

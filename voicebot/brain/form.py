@@ -124,7 +124,7 @@ class Forms:
             return self._reference(item, raw, state)
         if item.type == "code":
             return parse_code(str(raw), item.pattern) if raw is not None else None
-        if item.type == "text" and isinstance(raw, str):
+        if item.type in ("text", "name") and isinstance(raw, str):
             raw = strip_lead(raw)  # "The plate is MN 7310." -> "MN 7310": only the value
         return normalise(item.type, raw, today=self.today(), between=item.between, choices=item.choices)
 

@@ -22,7 +22,11 @@ _CALENDAR = parsedatetime.Calendar(version=parsedatetime.VERSION_CONTEXT_STYLE)
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
            "october", "november", "december")
-_ORDINAL_DAY = re.compile(r"\b(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\s+\w+)")
+# A day of the month said as one: "the 12th", "on 3rd", or the ordinal alone as the whole answer
+# ("Twelfth."); an ordinal inside other words is not a day ("one thing first: ...").
+_ORDINAL_DAY = re.compile(r"\b(?:the|on)\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\s+\w+)"
+                          r"|^\W*(\d{1,2})(?:st|nd|rd|th)\W*$")
+_ORDINAL_ALONE = re.compile(r"\b\d{1,2}(?:st|nd|rd|th)\b(?!\s+of\s+\w+)")  # judged by _ORDINAL_DAY
 _WEEKDAY = re.compile(r"\b(" + "|".join(_WEEKDAYS) + r")s?\b")
 _NEXT_WEEKDAY = re.compile(r"\bnext\s+(" + "|".join(_WEEKDAYS) + r")\b")
 _DATE_WORDS = re.compile(r"\b(?:today|tonight|tomorrow|day after tomorrow|weekend|" + "|".join(_WEEKDAYS) +
@@ -50,7 +54,7 @@ def parse_date(text: str, today: dt.date) -> dt.date | None:
     """A day the caller means, today or later: "tomorrow", "Friday", "next Friday", "the 12th",
     "December 12th", "2030-01-09". A weekday is the nearest one, today included."""
     words = digits(text.lower().replace("’", "'"))
-    if not _DATE_WORDS.search(words):
+    if not _DATE_WORDS.search(_ORDINAL_ALONE.sub(" ", words)) and not _ORDINAL_DAY.search(words):
         return None
     if iso := re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", words):
         try:
@@ -70,7 +74,7 @@ def parse_date(text: str, today: dt.date) -> dt.date | None:
         return today + dt.timedelta(days=ahead)
     month = next((m for m in _MONTHS if re.search(rf"\b{m[:3]}\w*\b", words)), None)
     if month is None and (day := _ORDINAL_DAY.search(words)):
-        return _next_day_of_month(int(day[1]), today)
+        return _next_day_of_month(int(day[1] or day[2]), today)
     if month is None and (weekday := _WEEKDAY.search(words)):
         return today + dt.timedelta(days=(_WEEKDAYS.index(weekday[1]) - today.weekday()) % 7)
     parsed, flag = _CALENDAR.parseDT(words, dt.datetime.combine(today, dt.time(12)))
