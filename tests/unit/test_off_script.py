@@ -202,3 +202,13 @@ class _Spec:
     async def run(self, args, ctx):  # pragma: no cover - never called
         return {}
 
+
+
+async def test_the_same_again_for_another_day_is_the_last_task_with_that_day(caller, garage):
+    await book_an_oil_change(caller, "The plate is M N seven three one zero.")
+    assert "is booked" in await caller.say("Yes.")
+    said = await caller.say("Can I have the same again for Saturday?")
+    assert said == ("To confirm: a oil change for M N seven three one zero on Saturday, December twelfth, "
+                    "for Jordan Blake. Shall I go ahead?")
+    await caller.say("Yes.")
+    assert [args["day"] for _, args in garage.writes()] == ["2026-12-11", "2026-12-12"]

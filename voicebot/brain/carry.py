@@ -15,8 +15,9 @@ from voicebot.brain.state import SessionState
 from voicebot.brain.tasks import FieldSpec, TaskSpec
 
 # "the same car and name", "same as before", "that day too": values from the call's earlier task.
-_SAME = re.compile(r"\b(?:(?:the\s+)?same\b(?P<what>(?:\s+(?:and\s+)?(?!as\b)[a-z']+){0,4})|as before|"
-                   r"as last time|that day too)", re.I)
+# The words right after "same" name what carries ("car and name"); "for Friday" says what changes.
+_SAME = re.compile(r"\b(?:(?:the\s+)?same\b(?P<what>(?:\s+(?:and\s+)?(?!(?:as|for|on|at|in|with|but|"
+                   r"please|again)\b)[a-z']+){0,4})|as before|as last time|that day too)", re.I)
 _NOT_NOUNS = frozenset("and the a for with as please one again too details".split())
 
 
@@ -29,6 +30,11 @@ def _field_words(item: FieldSpec) -> set[str]:
 
 _QUESTION_WORDS = frozenset("what which is the your you would like to for of a an in on at it "
                             "please and or do does".split())
+
+
+def asks_for_the_same(words: str) -> bool:
+    """"The same for Thursday", "same as before": the caller wants the call's last task again."""
+    return _SAME.search(words) is not None
 
 
 def carry_values(state: SessionState, spec: TaskSpec, words: str) -> list[str]:

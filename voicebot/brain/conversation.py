@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voicebot.brain.answers import Answers
+from voicebot.brain.carry import asks_for_the_same
 from voicebot.brain.confirm import Answer, answer_to_read_back, confirm_sentence, heard_in_full
 from voicebot.brain.dialog import asks_for_human
 from voicebot.brain.form import Forms, ReadTool
@@ -296,6 +297,11 @@ class Conversation:
             return Decision(self.can_help(), read=reading)
         if _GREETING.match(stripped) and len(stripped.split()) <= 6:
             return Decision(self.greeting(), read=reading)
+        if state.last_task in self.forms.tasks and asks_for_the_same(text):
+            # "Can I have the same for Thursday as well?": the call's last task again, its values
+            # carried, what the words change changed, all of it read back.
+            reading.intent = state.last_task
+            return await self._start(state, text, turn_id, reading, read)
         return Decision("", read=reading, answer_question=text)
 
     def greeting(self) -> str:

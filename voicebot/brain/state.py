@@ -85,6 +85,7 @@ class SessionState(BaseModel):
     # What the caller gave for tasks of this call that ended (field -> value): a later task takes
     # them when the caller says so ("the same car") or the profile carries the field.
     given: dict[str, Any] = Field(default_factory=dict)
+    last_task: str = ""  # the task those values were last given for
 
     # ---- transitions -------------------------------------------------------
     def start_turn(self) -> None:
@@ -125,6 +126,7 @@ class SessionState(BaseModel):
         """The task's values, kept for later tasks of the call."""
         if self.form is not None:
             self.given.update({k: v for k, v in self.form.values.items() if v not in (None, "")})
+            self.last_task = self.form.task
 
     def failed(self, outcome: str) -> None:
         self.pending, self.running, self.last_outcome = None, None, outcome
