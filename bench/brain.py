@@ -45,10 +45,10 @@ from bench.context import build_messages, state_text
 from bench.prompts import system_prompt
 from bench.stats import percentile
 from voicebot import localllm
-from voicebot.brain.guard import TopicGuard
+from voicebot.brain.business.profile import load_profile
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.profile import load_profile
-from voicebot.brain.session_store import Turn
+from voicebot.brain.read.guard import TopicGuard
+from voicebot.brain.runtime.session_store import Turn
 from voicebot.devstack import Stack, free_port, main_llm_threads
 
 PROFILE = load_profile("restaurant")

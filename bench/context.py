@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from voicebot.brain.session_store import Turn
+from voicebot.brain.runtime.session_store import Turn
 
 
 def window_start(total: int, keep: int, step: int) -> int:

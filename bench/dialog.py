@@ -36,9 +36,9 @@ from typing import Any
 import yaml
 
 from bench.stats import percentile
-from voicebot.brain.confirm import Answer, answer_to_read_back
-from voicebot.brain.mcp_tools import McpToolSource, tool_value
-from voicebot.brain.readback import render
+from voicebot.brain.act.mcp_tools import McpToolSource, tool_value
+from voicebot.brain.read.confirm import Answer, answer_to_read_back
+from voicebot.brain.speak.readback import render
 from voicebot.common.speech_text import speakable
 from voicebot.devstack import (
     ROOT,

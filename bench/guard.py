@@ -33,12 +33,12 @@ from typing import Any
 import yaml
 
 from bench.stats import percentile
-from voicebot.brain.dialog import is_dialogue_act
-from voicebot.brain.guard import TopicGuard
-from voicebot.brain.guard_screen import ExampleScreen
+from voicebot.brain.business.profile import load_profile
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.profile import load_profile
-from voicebot.brain.sentence_encoder import MiniLMEncoder
+from voicebot.brain.read.dialog import is_dialogue_act
+from voicebot.brain.read.guard import TopicGuard
+from voicebot.brain.read.guard_screen import ExampleScreen
+from voicebot.brain.read.sentence_encoder import MiniLMEncoder
 from voicebot.devstack import ROOT, Stack, free_port, local_llm_brain_env, start_guard_llm
 
 CORPORA = ROOT / "tests" / "guard_corpora"

@@ -29,9 +29,9 @@ import yaml
 
 from bench.dialog import TOKEN, Conversation, each_profile, profile_args, words
 from bench.stats import percentile
-from voicebot.brain.answers import for_the_ear
-from voicebot.brain.knowledge import load_passages
-from voicebot.brain.profile import Profile, load_profile
+from voicebot.brain.act.answers import for_the_ear
+from voicebot.brain.business.knowledge import load_passages
+from voicebot.brain.business.profile import Profile, load_profile
 from voicebot.devstack import (
     ROOT,
     Stack,

@@ -3,7 +3,7 @@ the start of every prompt, which is what the LLM server's prefix cache reuses.""
 
 from __future__ import annotations
 
-from voicebot.brain.profile import Profile
+from voicebot.brain.business.profile import Profile
 
 
 def system_prompt(profile: Profile) -> str:

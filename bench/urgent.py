@@ -29,7 +29,7 @@ import yaml
 
 from bench.dialog import Conversation, words
 from bench.stats import percentile
-from voicebot.brain.profile import load_profile
+from voicebot.brain.business.profile import load_profile
 from voicebot.devstack import (
     ROOT,
     Stack,

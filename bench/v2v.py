@@ -303,7 +303,7 @@ def brief_record(record: dict[str, Any]) -> dict[str, Any]:
 async def attach_records(redis_url: str, turns: list[Turn]) -> None:
     """Each turn's brain record, in brief (``brief_record``), from the session's records in Redis
     (the last one of its turn id: a discarded preemptive start leaves a "cancelled" one first)."""
-    from voicebot.brain.session_store import SessionStore
+    from voicebot.brain.runtime.session_store import SessionStore
     from voicebot.common.redis import connect_redis
 
     redis = connect_redis(redis_url)
@@ -486,7 +486,7 @@ async def main_async(rounds: int) -> dict[str, Any]:
         # Each booking session opens with a request in one line; the changes to its read-back follow.
         runs["booking, first request"] = booking[::len(BOOKING)]
         runs["booking changes"] = [t for i, t in enumerate(booking) if i % len(BOOKING)]
-        from voicebot.brain.profile import load_profile  # lazily, like speech()'s STT bench voices
+        from voicebot.brain.business.profile import load_profile  # lazily, like speech()'s STT bench voices
 
         sentences = load_profile("restaurant").sentences
         read_back = sentences.confirm.split("{action}")[0]

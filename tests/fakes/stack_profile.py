@@ -4,7 +4,7 @@ spoken verbatim, and its fixed sentences (tests/fakes/profiles/stack.yaml). The 
 from __future__ import annotations
 
 from tests.conftest import STACK_PROFILE
-from voicebot.brain.profile import load_profile
+from voicebot.brain.business.profile import load_profile
 
 PROFILE = load_profile(str(STACK_PROFILE))
 PARKING = "Do you have parking?"

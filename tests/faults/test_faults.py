@@ -39,8 +39,8 @@ import websockets
 from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT
 from tests.faults import RESULTS
-from voicebot.brain.profile import load_profile
-from voicebot.brain.session_store import SessionStore
+from voicebot.brain.business.profile import load_profile
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.common.audio import float_to_pcm16
 from voicebot.common.redis import connect_redis_sync
 from voicebot.devstack import (

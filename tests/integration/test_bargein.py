@@ -16,7 +16,7 @@ import websockets
 
 from tests.audio import noise, silence, speech, vowel
 from tests.fakes.stack_profile import MENU, UNKNOWN_FACT, answer
-from voicebot.brain.session_store import SessionHistory, SessionStore
+from voicebot.brain.runtime.session_store import SessionHistory, SessionStore
 from voicebot.common.audio import float_to_pcm16
 
 pytestmark = pytest.mark.integration

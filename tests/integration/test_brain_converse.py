@@ -13,7 +13,7 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from voicebot.brain.session_store import SessionStore, Turn
+from voicebot.brain.runtime.session_store import SessionStore, Turn
 from voicebot.common.internal_auth import internal_channel
 from voicebot.v1 import brain_pb2, brain_pb2_grpc
 

@@ -18,15 +18,15 @@ import redis.asyncio as aioredis
 
 from tests.conftest import LOG_ROOT
 from tests.fakes.fake_llm import is_guard
-from voicebot.brain.agent import Agent
+from voicebot.brain.act.mcp_tools import tool_value
+from voicebot.brain.act.toolbox import build_registry
+from voicebot.brain.business.knowledge import open_knowledge
+from voicebot.brain.business.profile import load_profile
 from voicebot.brain.config import BrainSettings
-from voicebot.brain.knowledge import open_knowledge
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.mcp_tools import tool_value
-from voicebot.brain.profile import load_profile
-from voicebot.brain.sentence_encoder import MiniLMEncoder
-from voicebot.brain.session_store import SessionStore
-from voicebot.brain.toolbox import build_registry
+from voicebot.brain.read.sentence_encoder import MiniLMEncoder
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.devstack import Stack
 from voicebot.v1 import brain_pb2
 

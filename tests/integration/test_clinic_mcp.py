@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from voicebot.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource
-from voicebot.brain.profile import load_profile
-from voicebot.brain.readback import field_names, render
-from voicebot.brain.tasks import build_tasks
-from voicebot.brain.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
+from voicebot.brain.act.mcp_tools import McpConnectionError, McpTool, McpToolSource
+from voicebot.brain.act.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
+from voicebot.brain.business.profile import load_profile
+from voicebot.brain.business.tasks import build_tasks
+from voicebot.brain.speak.readback import field_names, render
 from voicebot.devstack import Stack
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import pytest
 import websockets
 
 from tests.fakes.stack_profile import FALLBACK, HOURS, NEEDS_READING, PARKING, TABLE, UNKNOWN_FACT, answer
-from voicebot.brain.session_store import SessionHistory, SessionStore
+from voicebot.brain.runtime.session_store import SessionHistory, SessionStore
 from voicebot.gateway.cli import call
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from tests.audio import silence, speech
 from tests.fakes.fake_llm import is_guard, last_user_text
 from tests.fakes.stack_profile import PARKING, answer
-from voicebot.brain.session_store import SessionStore
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.common.audio import float_to_pcm16, write_wav
 from voicebot.gateway.cli import call
 

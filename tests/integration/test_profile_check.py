@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from voicebot.brain.profile_check import check_profile
+from voicebot.brain.business.profile_check import check_profile
 from voicebot.devstack import ROOT, Stack, start_mcp_servers
 
 pytestmark = pytest.mark.integration
@@ -102,7 +102,7 @@ def test_every_shipped_profile_passes(profile):
     """As the command checks it: the profile's own MCP servers started, the check (its knowledge
     files read), what the brain derived; the default business's knowledge also indexed (the
     brain's tests index every business's)."""
-    from voicebot.brain.profile_check import launched_servers
+    from voicebot.brain.business.profile_check import launched_servers
 
     with launched_servers(profile) as env:
         report = asyncio.run(check_profile(profile, env, knowledge=profile == "restaurant"))
@@ -157,10 +157,10 @@ def test_the_brain_itself_names_a_refused_token_at_once(salon_env):
     BRAIN_MCP_CONNECT_WAIT_S."""
     import time
 
-    from voicebot.brain.errors import ProfileError
-    from voicebot.brain.profile import load_profile
-    from voicebot.brain.profile_check import environment
-    from voicebot.brain.toolbox import connect_server
+    from voicebot.brain.act.toolbox import connect_server
+    from voicebot.brain.business.errors import ProfileError
+    from voicebot.brain.business.profile import load_profile
+    from voicebot.brain.business.profile_check import environment
 
     with environment({**salon_env, "SALON_TOKEN": "not-the-token"}):
         server = load_profile("salon").mcp_servers[0]

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import LOG_ROOT
 from tests.fakes.fake_llm import is_guard
-from voicebot.brain.profile import EXAMPLES_DIR, ProfileError, load_profile, parse_profile
+from voicebot.brain.business.profile import EXAMPLES_DIR, ProfileError, load_profile, parse_profile
 from voicebot.common.internal_auth import internal_channel
 from voicebot.devstack import ROOT, Stack, speech_env, start_mcp_servers
 from voicebot.v1 import brain_pb2, brain_pb2_grpc

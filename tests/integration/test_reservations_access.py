@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import LOG_ROOT
-from voicebot.brain.mcp_tools import McpToolSource, McpUnreachable
+from voicebot.brain.act.mcp_tools import McpToolSource, McpUnreachable
 from voicebot.devstack import Stack
 
 pytestmark = pytest.mark.integration

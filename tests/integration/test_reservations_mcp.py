@@ -13,9 +13,9 @@ from typing import Any
 import mcp_types
 import pytest
 
-from voicebot.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource, load_mcp_tools, tool_spec
-from voicebot.brain.toolcalls import ToolCall
-from voicebot.brain.tools import Dispatcher, ToolContext, ToolKind, ToolRefused, ToolRegistry, ToolSpec
+from voicebot.brain.act.mcp_tools import McpConnectionError, McpTool, McpToolSource, load_mcp_tools, tool_spec
+from voicebot.brain.act.toolcalls import ToolCall
+from voicebot.brain.act.tools import Dispatcher, ToolContext, ToolKind, ToolRefused, ToolRegistry, ToolSpec
 from voicebot.devstack import Stack, free_port
 
 pytestmark = pytest.mark.integration

@@ -18,15 +18,15 @@ import redis.asyncio as aioredis
 
 from tests.conftest import LOG_ROOT
 from tests.fakes.fake_llm import is_guard
-from voicebot.brain.agent import Agent
+from voicebot.brain.act.mcp_tools import tool_value
+from voicebot.brain.act.toolbox import build_registry
+from voicebot.brain.business.profile import load_profile
 from voicebot.brain.config import BrainSettings
-from voicebot.brain.guard import TopicGuard
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.mcp_tools import tool_value
-from voicebot.brain.profile import load_profile
-from voicebot.brain.sentence_encoder import MiniLMEncoder
-from voicebot.brain.session_store import ReadAhead, SessionStore
-from voicebot.brain.toolbox import build_registry
+from voicebot.brain.read.guard import TopicGuard
+from voicebot.brain.read.sentence_encoder import MiniLMEncoder
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import ReadAhead, SessionStore
 from voicebot.devstack import Stack
 from voicebot.v1 import brain_pb2
 
@@ -317,7 +317,7 @@ async def test_the_same_request_again_after_a_failed_check_checks_again(restaura
     real = agent.dispatcher.run
 
     async def down(tool, call, args, ctx):
-        from voicebot.brain.tools import ToolResult
+        from voicebot.brain.act.tools import ToolResult
         return ToolResult(call, "unavailable", {"ok": False, "error": "down"})
 
     agent.dispatcher.run = down

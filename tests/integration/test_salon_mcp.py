@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from voicebot.brain.mcp_tools import McpConnectionError, McpTool, McpToolSource
-from voicebot.brain.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
+from voicebot.brain.act.mcp_tools import McpConnectionError, McpTool, McpToolSource
+from voicebot.brain.act.tools import ToolContext, ToolKind, ToolRefused, ToolRegistry
 from voicebot.devstack import Stack
 
 pytestmark = pytest.mark.integration

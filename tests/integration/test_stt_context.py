@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.audio import noise, silence, speech
-from voicebot.brain.profile import load_profile
+from voicebot.brain.business.profile import load_profile
 from voicebot.stt.config import SttSettings
 from voicebot.stt.engine import FasterWhisperEngine
 from voicebot.stt.models import resolve_whisper_model

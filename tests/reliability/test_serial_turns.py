@@ -34,14 +34,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from tests.fakes.encoders import BagOfWordsEncoder
 from tests.fakes.fake_llm import is_guard
 from tests.reliability import RESULTS
-from voicebot.brain import actions
-from voicebot.brain.agent import Agent
+from voicebot.brain.act import actions
+from voicebot.brain.act.tools import FunctionTool, ToolContext, ToolKind, ToolRegistry, ToolSpec
+from voicebot.brain.business.profile import parse_profile
 from voicebot.brain.config import BrainSettings
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.profile import parse_profile
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.brain.server import BrainServicer
-from voicebot.brain.session_store import SessionStore
-from voicebot.brain.tools import FunctionTool, ToolContext, ToolKind, ToolRegistry, ToolSpec
 from voicebot.common.grpc_server import server_interceptors
 from voicebot.common.internal_auth import internal_channel, internal_token
 from voicebot.v1 import brain_pb2, brain_pb2_grpc

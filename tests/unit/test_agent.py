@@ -18,16 +18,16 @@ import redis.asyncio as aioredis
 from tests.fakes.encoders import BagOfWordsEncoder
 from tests.fakes.engines import FakeSentenceEncoder
 from tests.fakes.fake_llm import is_guard
-from voicebot.brain.agent import Agent
-from voicebot.brain.answers import claims_outcome, shares_words
+from voicebot.brain.act.answers import claims_outcome, shares_words
+from voicebot.brain.act.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
+from voicebot.brain.business.knowledge import Prefetcher, QdrantKnowledge, load_passages
+from voicebot.brain.business.profile import ProfileError, parse_profile
 from voicebot.brain.config import BrainSettings
-from voicebot.brain.guard import TopicGuard
-from voicebot.brain.guard_screen import ExampleScreen
-from voicebot.brain.knowledge import Prefetcher, QdrantKnowledge, load_passages
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.profile import ProfileError, parse_profile
-from voicebot.brain.session_store import SessionStore
-from voicebot.brain.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
+from voicebot.brain.read.guard import TopicGuard
+from voicebot.brain.read.guard_screen import ExampleScreen
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.v1 import brain_pb2
 
 PROFILE = {
@@ -321,7 +321,7 @@ async def test_the_words_so_far_start_the_knowledge_search(brain):
 def test_a_profile_whose_knowledge_file_is_missing_fails_naming_it(tmp_path):
     profile = tmp_path / "shop.yaml"
     profile.write_text("name: Sam\nknowledge:\n  files: [missing.md]\n")
-    from voicebot.brain.profile import load_profile
+    from voicebot.brain.business.profile import load_profile
 
     with pytest.raises(ProfileError, match=r"missing\.md.*not found"):
         load_profile(str(profile))
@@ -331,7 +331,7 @@ def test_a_profile_whose_knowledge_file_is_not_text_fails_naming_it(tmp_path):
     (tmp_path / "menu.md").write_bytes(b"\xff\xfe\x00bad")
     profile = tmp_path / "shop.yaml"
     profile.write_text("name: Sam\nknowledge:\n  files: [menu.md]\n")
-    from voicebot.brain.profile import load_profile
+    from voicebot.brain.business.profile import load_profile
 
     with pytest.raises(ProfileError, match=r"menu\.md.*UTF-8"):
         load_profile(str(profile))

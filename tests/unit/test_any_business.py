@@ -22,12 +22,12 @@ import yaml
 
 from tests.fakes.fake_llm import is_guard
 from tests.fakes.helpdesk_mcp import PROFILE, Helpdesk
-from voicebot.brain.agent import Agent
+from voicebot.brain.act.toolbox import build_registry
+from voicebot.brain.business.profile import parse_profile
 from voicebot.brain.config import BrainSettings
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.profile import parse_profile
-from voicebot.brain.session_store import SessionStore
-from voicebot.brain.toolbox import build_registry
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.common.speech_text import speakable
 from voicebot.v1 import brain_pb2
 

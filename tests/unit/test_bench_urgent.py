@@ -1,7 +1,7 @@
 """make bench-urgent's cases and judge: enough phrasings of each side, none of them the profile's own."""
 
 from bench.urgent import cases, is_urgent_reply, summary
-from voicebot.brain.profile import load_profile
+from voicebot.brain.business.profile import load_profile
 
 
 def test_the_bench_has_forty_emergencies_and_forty_ordinary_turns_of_every_kind():

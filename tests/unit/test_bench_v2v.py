@@ -145,7 +145,7 @@ async def test_each_turn_gets_its_brain_record_in_brief_and_a_case_its_p50s_by_w
     import redis.asyncio as aioredis
 
     from bench.v2v import USER, Turn, attach_records, guard_summary, time_per_turn
-    from voicebot.brain.session_store import SessionStore
+    from voicebot.brain.runtime.session_store import SessionStore
 
     redis = aioredis.Redis.from_url(redis_url)
     store = SessionStore(redis, 60)

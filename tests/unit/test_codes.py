@@ -3,7 +3,7 @@ words around them."""
 
 import pytest
 
-from voicebot.brain.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
+from voicebot.brain.read.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
 
 
 @pytest.mark.parametrize(("said", "code"), [

@@ -2,8 +2,8 @@
 is prompt the LLM server does not prefill at the endpoint."""
 
 from bench.context import build_messages, state_block, state_text
-from voicebot.brain.session_store import Turn
-from voicebot.brain.state import SessionState
+from voicebot.brain.decide.state import SessionState
+from voicebot.brain.runtime.session_store import Turn
 
 EMPTY = state_text({"dialog_state": "listen"})
 BOOKING = state_text({"collected": {"party_size": 2}, "dialog_state": "collect"})

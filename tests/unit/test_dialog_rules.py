@@ -6,8 +6,8 @@ question or a hedge hears the read-back again. No model output enters this rule.
 
 import pytest
 
-from voicebot.brain.confirm import Answer, answer_to_read_back
-from voicebot.brain.dialog import asks_for_human, is_dialogue_act
+from voicebot.brain.read.confirm import Answer, answer_to_read_back
+from voicebot.brain.read.dialog import asks_for_human, is_dialogue_act
 
 
 @pytest.mark.parametrize(("text", "answer"), [

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from voicebot.brain.dialog import is_dialogue_act
+from voicebot.brain.read.dialog import is_dialogue_act
 
 CORPORA = Path(__file__).resolve().parents[1] / "guard_corpora"
 

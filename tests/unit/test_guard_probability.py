@@ -8,9 +8,9 @@ import json
 import math
 
 from voicebot import localllm
-from voicebot.brain.guard import TopicGuard, block_probability
+from voicebot.brain.business.profile import Profile
 from voicebot.brain.llm import ChatChunk, OpenAIChatClient, parse_sse_line
-from voicebot.brain.profile import Profile
+from voicebot.brain.read.guard import TopicGuard, block_probability
 
 
 def alternatives(**probabilities: float) -> list[tuple[str, float]]:

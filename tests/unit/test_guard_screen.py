@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from tests.fakes.engines import FakeSentenceEncoder
-from voicebot.brain.guard import TopicGuard
-from voicebot.brain.guard_screen import ExampleScreen
+from voicebot.brain.business.profile import load_profile
 from voicebot.brain.llm import ChatChunk
-from voicebot.brain.profile import load_profile
-from voicebot.brain.sentence_encoder import MiniLMEncoder
+from voicebot.brain.read.guard import TopicGuard
+from voicebot.brain.read.guard_screen import ExampleScreen
+from voicebot.brain.read.sentence_encoder import MiniLMEncoder
 
 CORPORA = Path(__file__).resolve().parents[1] / "guard_corpora"
 

@@ -1,6 +1,6 @@
 """What the gateway tells the brain the caller heard of a reply (``previous_reply``): what was
 played, measured, for every reply (failed ones too), or the text sent to a session that asked for
-text only. The brain runs a read-back's action only on this report (voicebot/brain/confirm.py),
+text only. The brain runs a read-back's action only on this report (voicebot/brain/read/confirm.py),
 so every way a read-back can go unheard must show in it. Scripted upstreams, no network."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bot answers only from what the business wrote (voicebot/brain/knowledge.py).
+"""The bot answers only from what the business wrote (voicebot/brain/business/knowledge.py).
 
 A profile's ``knowledge:`` section names FAQ entries and text files; they become passages in a
 vector index, and a caller's question finds the passages about it, or nothing. Logic is pinned
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.fakes.encoders import BagOfWordsEncoder
-from voicebot.brain.knowledge import (
+from voicebot.brain.business.knowledge import (
     CHUNK_CHARS,
     KnowledgeIndex,
     KnowledgeSettings,
@@ -27,8 +27,8 @@ from voicebot.brain.knowledge import (
     normalise,
     open_knowledge,
 )
-from voicebot.brain.profile import ProfileError
-from voicebot.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder
+from voicebot.brain.business.profile import ProfileError
+from voicebot.brain.read.sentence_encoder import EncoderUnavailable, MiniLMEncoder
 
 PETS = "Dogs are welcome on the terrace, and we bring them a bowl of water."
 PARKING = "There are two free spaces behind the building."

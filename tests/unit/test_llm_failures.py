@@ -19,12 +19,12 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from voicebot.brain.agent import Agent
+from voicebot.brain.business.profile import Profile
 from voicebot.brain.config import BrainSettings
-from voicebot.brain.guard import TopicGuard
 from voicebot.brain.llm import LLMUnavailable, OpenAIChatClient
-from voicebot.brain.profile import Profile
-from voicebot.brain.session_store import SessionStore
+from voicebot.brain.read.guard import TopicGuard
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.devstack import free_port
 from voicebot.v1 import brain_pb2
 

@@ -19,12 +19,12 @@ import yaml
 
 from tests.fakes.fake_llm import is_guard
 from tests.fakes.garage_mcp import PROFILE, Garage
-from voicebot.brain.agent import Agent
+from voicebot.brain.act.toolbox import build_registry
+from voicebot.brain.business.profile import parse_profile
 from voicebot.brain.config import BrainSettings
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.profile import parse_profile
-from voicebot.brain.session_store import SessionStore
-from voicebot.brain.toolbox import build_registry
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.v1 import brain_pb2
 
 TODAY = dt.date(2026, 12, 7)  # a Monday
@@ -180,8 +180,8 @@ async def test_a_question_while_a_read_back_waits_is_answered_then_read_back_aga
 
 
 def test_a_carried_field_the_task_does_not_have_fails_the_start():
-    from voicebot.brain.tasks import TaskError, build_tasks
-    from voicebot.brain.tools import ToolKind, ToolRegistry, ToolSpec
+    from voicebot.brain.act.tools import ToolKind, ToolRegistry, ToolSpec
+    from voicebot.brain.business.tasks import TaskError, build_tasks
 
     raw = yaml.safe_load(PROFILE.replace("${GARAGE_URL}", "http://127.0.0.1:1/mcp"))
     raw["tasks"]["book_wash"]["carry"] = ["phone"]

@@ -1,6 +1,6 @@
 """The model's stock refusal, told apart from answers that happen to open with an apology."""
 
-from voicebot.brain.refusals import is_refusal
+from voicebot.brain.read.refusals import is_refusal
 
 CASES = [
     # (the model's reply, a stock refusal)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voicebot.brain.sentence_encoder import EncoderUnavailable, MiniLMEncoder, packaged_minilm_dir
+from voicebot.brain.read.sentence_encoder import EncoderUnavailable, MiniLMEncoder, packaged_minilm_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = {
@@ -71,7 +71,7 @@ def test_an_encode_leaves_no_blas_threads_spinning():
     it uses while idle right after an encode."""
     script = (
         "import time\n"
-        "from voicebot.brain.sentence_encoder import MiniLMEncoder\n"
+        "from voicebot.brain.read.sentence_encoder import MiniLMEncoder\n"
         "e = MiniLMEncoder()\n"
         "e.encode(['Do you have vegetarian dishes?', 'Can I bring my dog?'])\n"
         "before = time.process_time(); time.sleep(0.4)\n"
@@ -84,7 +84,7 @@ def test_an_encode_leaves_no_blas_threads_spinning():
 
 def test_the_caching_encoder_encodes_each_text_once_and_gives_the_same_rows():
     from tests.fakes.encoders import BagOfWordsEncoder
-    from voicebot.brain.sentence_encoder import CachingEncoder
+    from voicebot.brain.read.sentence_encoder import CachingEncoder
 
     inner = BagOfWordsEncoder()
     cached = CachingEncoder(inner, size=3)

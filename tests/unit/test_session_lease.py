@@ -15,8 +15,8 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from voicebot.brain.session_lease import LeaseLost, SessionBusy
-from voicebot.brain.session_store import SessionHistory, SessionStore, Turn
+from voicebot.brain.runtime.session_lease import LeaseLost, SessionBusy
+from voicebot.brain.runtime.session_store import SessionHistory, SessionStore, Turn
 
 STEP_S = 1.0  # each Redis step's bound
 WAIT_S = 5.0  # a wait that only a hang reaches

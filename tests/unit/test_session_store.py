@@ -10,7 +10,7 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from voicebot.brain.session_store import SessionHistory, SessionStore, Turn
+from voicebot.brain.runtime.session_store import SessionHistory, SessionStore, Turn
 from voicebot.common.redis import connect_redis_sync
 
 

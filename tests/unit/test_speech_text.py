@@ -2,7 +2,7 @@
 
 import pytest
 
-from voicebot.brain.spoken import SpokenTextCleaner
+from voicebot.brain.speak.spoken import SpokenTextCleaner
 from voicebot.common.speech_text import number_words, ordinal_words, speakable
 
 

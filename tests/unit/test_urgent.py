@@ -13,10 +13,10 @@ import json
 
 import pytest
 
+from voicebot.brain.business.profile import ProfileError, UrgentSettings, load_profile, parse_profile
 from voicebot.brain.llm import ChatChunk, LLMUnavailable
-from voicebot.brain.profile import ProfileError, UrgentSettings, load_profile, parse_profile
-from voicebot.brain.sentence_encoder import MiniLMEncoder
-from voicebot.brain.urgent import UrgentScreen, clauses, urgent_prompt
+from voicebot.brain.read.sentence_encoder import MiniLMEncoder
+from voicebot.brain.read.urgent import UrgentScreen, clauses, urgent_prompt
 
 SETTINGS = UrgentSettings.model_validate({
     "situations": [

@@ -19,14 +19,14 @@ import yaml
 from tests.fakes.fake_llm import is_guard
 from tests.fakes.garage_mcp import PROFILE, Garage
 from tests.unit.test_off_script import garage_reader
-from voicebot.brain.agent import Agent
+from voicebot.brain.act.toolbox import build_registry
+from voicebot.brain.business.profile import parse_profile
 from voicebot.brain.config import BrainSettings
-from voicebot.brain.guard import TopicGuard
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.profile import parse_profile
-from voicebot.brain.sentence_encoder import MiniLMEncoder
-from voicebot.brain.session_store import SessionStore
-from voicebot.brain.toolbox import build_registry
+from voicebot.brain.read.guard import TopicGuard
+from voicebot.brain.read.sentence_encoder import MiniLMEncoder
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import SessionStore
 from voicebot.v1 import brain_pb2
 
 FIRE = "Please leave the building now and call the fire brigade."

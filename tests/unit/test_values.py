@@ -1,10 +1,10 @@
-"""Caller's words to typed values, by parsers rather than the model (voicebot/brain/values.py)."""
+"""Caller's words to typed values, by parsers rather than the model (voicebot/brain/read/values.py)."""
 
 import datetime as dt
 
 import pytest
 
-from voicebot.brain.values import (
+from voicebot.brain.read.values import (
     match_choice,
     normalise,
     parse_date,

@@ -16,18 +16,23 @@ import redis.asyncio as aioredis
 from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError
 
-from voicebot.brain.agent import Agent
+from voicebot.brain.act.toolbox import build_registry
+from voicebot.brain.act.tools import ToolRegistry
+from voicebot.brain.business.knowledge import KnowledgeIndex, open_knowledge
+from voicebot.brain.business.profile import Profile, ProfileError, load_profile
+from voicebot.brain.business.tasks import TaskError
 from voicebot.brain.config import BrainSettings
-from voicebot.brain.guard import TopicGuard
-from voicebot.brain.guard_screen import ExampleScreen
-from voicebot.brain.knowledge import KnowledgeIndex, open_knowledge
 from voicebot.brain.llm import OpenAIChatClient
-from voicebot.brain.profile import Profile, ProfileError, load_profile
-from voicebot.brain.sentence_encoder import CachingEncoder, EncoderUnavailable, MiniLMEncoder, SentenceEncoder
-from voicebot.brain.session_store import ReadAhead, SessionStore
-from voicebot.brain.tasks import TaskError
-from voicebot.brain.toolbox import build_registry
-from voicebot.brain.tools import ToolRegistry
+from voicebot.brain.read.guard import TopicGuard
+from voicebot.brain.read.guard_screen import ExampleScreen
+from voicebot.brain.read.sentence_encoder import (
+    CachingEncoder,
+    EncoderUnavailable,
+    MiniLMEncoder,
+    SentenceEncoder,
+)
+from voicebot.brain.runtime.agent import Agent
+from voicebot.brain.runtime.session_store import ReadAhead, SessionStore
 from voicebot.common import event_loop
 from voicebot.common.grpc_server import IdleCalls, serve_forever
 from voicebot.common.logs import setup_logging

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--no-knowledge", action="store_true", help="skip indexing the knowledge")
     args = parser.parse_args(argv)
     if args.command == "profile":
-        from voicebot.brain import profile_check
+        from voicebot.brain.business import profile_check
 
         return profile_check.main(args.path, knowledge=not args.no_knowledge)
     if not args.token:

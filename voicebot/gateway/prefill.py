@@ -1,7 +1,7 @@
 """The caller's words so far, sent to ``Brain.Prefill`` while they are still speaking.
 
 Each interim transcript is what the turn will most likely start with; the brain has the LLM
-server cache the prompt a turn on those words would send (voicebot/brain/prefill.py), so at
+server cache the prompt a turn on those words would send (voicebot/brain/runtime/prefill.py), so at
 the endpoint only the last words are new to it. One call in flight per call: words that arrive
 meanwhile wait for it, and only the newest of them is sent. It is an optimisation only: a
 refused or failed prefill is logged at debug level and the turn goes on as before.

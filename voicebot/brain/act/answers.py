@@ -1,0 +1,172 @@
+"""Answers only from what the business wrote, and outcomes only in code's words.
+
+A question is answered with the passage the knowledge index finds (``knowledge.py``):
+the business's own answer, read as written, cleaned for the ear. When nothing
+relevant is found, code says the profile's sentence for an unknown fact and
+what the bot can do: never a guess.
+
+``claims_outcome`` tells text that states or promises an action or its result
+("I've booked", "is confirmed", "I'll cancel"): such text comes only from code's
+read-back and done sentences; anywhere else it is replaced before it is spoken.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from voicebot.brain.business.profile import Sentences
+from voicebot.brain.decide.form import ReadTool
+from voicebot.brain.decide.options import items_of
+from voicebot.brain.metrics import KNOWLEDGE_PREFETCHES
+from voicebot.brain.speak.spoken import SpokenTextCleaner
+
+log = logging.getLogger(__name__)
+
+_CLAIM = re.compile(
+    r"\b(?:i(?:'ve| have)|we(?:'ve| have)|it(?:'s| is| has been)|you(?:'re| are)|that(?:'s| is)|"
+    r"(?:your|the) (?:table|booking|reservation|appointment|visit|order|service))\s+"
+    r"(?:\w+\s+){0,2}(?:booked|reserved|confirmed|cancell?ed|scheduled|made|placed|changed|moved|"
+    r"all set|done)\b"
+    r"|\b(?:i(?:'ll| will)|we(?:'ll| will)|let me)\s+(?:\w+\s+){0,1}(?:book|reserve|cancel|schedule|"
+    r"confirm|change|move|make)\b", re.I)
+_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d+[.)]|#+)\s+")
+
+
+def claims_outcome(text: str) -> bool:
+    return bool(_CLAIM.search(text))
+
+
+def for_the_ear(text: str, language: str = "en") -> str:
+    """A passage as speech: no markdown, no list marks, numbers and prices as words."""
+    cleaner = SpokenTextCleaner(language)
+    lines = [_LIST_MARK.sub("", line).strip() for line in _LINK.sub(r"\1", text).splitlines()]
+    lines = [line for line in lines if line]
+    joined = " ".join(line if line.endswith((".", "!", "?", ":")) else line + "." for line in lines)
+    return " ".join((cleaner.clean(joined) + cleaner.flush()).split())
+
+
+_STOP = frozenset(
+    "a an the i you we my your our is are was be do does did can could would will shall should to of "
+    "in on at for with and or it its this that there what when where which who how any have has "
+    "me us get take make please about from by as not no yes there's what's".split())
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _STOP and len(w) > 2]
+
+
+def names_or_phrase(question: str, passage: str) -> bool:
+    """The passage holds two of the question's content words side by side, or a name it gives."""
+    asked, held = content_words(question), content_words(passage)
+    if set(itertools.pairwise(asked)) & set(itertools.pairwise(held)):
+        return True
+    names = {w.lower() for w in re.findall(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-z]{2,}\b", question.strip())}
+    return bool(names & set(held) - _STOP)
+
+
+def shares_words(question: str, passage: str, title: str = "") -> bool:
+    """The passage holds two of the question's own content words next to each other ("American
+    Express"), a name the question gives ("Medicare", "Korean"), or three of its content words
+    anywhere: a lexical match that embeddings of a short question against a longer passage score
+    low."""
+    if names_or_phrase(question, passage):
+        return True
+    asked, held = content_words(question), content_words(passage)
+    heading = set(content_words(title))
+    if heading and len(heading) <= 3 and set(asked) & heading:  # "Is there parking nearby?": Parking
+        return True
+    return len(set(asked) & set(held)) >= 3
+
+
+class Passage(Protocol):
+    text: str
+    score: float
+    kind: str
+
+
+class KnowledgeSearch(Protocol):
+    async def search(self, text: str, k: int | None = None) -> list[Any]: ...
+
+    def prefetch(self, text: str) -> None: ...
+
+
+@dataclass
+class Answer:
+    text: str
+    known: bool
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class Answers:
+    def __init__(self, knowledge: KnowledgeSearch | None, sentences: Sentences,
+                 can_help: Callable[[], str], tools: dict[str, str | None] | None = None,
+                 min_score: float = 0.0) -> None:
+        self.knowledge = knowledge
+        # Passages at or above this are relevant; below it (down to what the index returns) only
+        # when they share the question's own words (``shares_words``).
+        self.min_score = min_score
+        self.sentences = sentences
+        self.can_help = can_help
+        # Read-only tools whose result is knowledge: name -> the argument the question goes in.
+        self.tools = tools or {}
+
+    def prefetch(self, text: str) -> None:
+        """Retrieval started on the words so far (the speculative transcript): at the endpoint
+        the same words find it done."""
+        if self.knowledge is not None and text.strip():
+            KNOWLEDGE_PREFETCHES.inc()
+            self.knowledge.prefetch(text)
+
+    async def answer(self, text: str, language: str = "en", read: ReadTool | None = None) -> Answer:
+        passages = await self._search(text)
+        if not passages and read is not None and self.tools:
+            found = await self._from_tools(text, read)
+            if found:
+                return Answer(for_the_ear(found, language), True, {"passages": 0, "tool": True})
+        if not passages:
+            return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False, {"passages": 0})
+        top = passages[0]
+        said = for_the_ear(top.text, language)
+        record = {"passages": len(passages), "score": round(float(top.score), 3), "kind": top.kind}
+        if claims_outcome(said):  # knowledge never claims that an action happened
+            return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False,
+                          {**record, "claim_replaced": True})
+        return Answer(said, True, record)
+
+    async def _from_tools(self, text: str, read: ReadTool) -> str:
+        """What the business's knowledge tools return for the question, as plain sentences."""
+        said: list[str] = []
+        for name, argument in self.tools.items():
+            result = await read(name, {argument: text} if argument else {})
+            if result.outcome != "succeeded":
+                continue
+            for item in items_of(result.content.get("result"), "")[:3]:
+                words = [str(v) for k, v in item.items() if isinstance(v, str) and not k.endswith("_id")]
+                if words:
+                    said.append(", ".join(words))
+        return f"Here is what I found: {'; '.join(said)}." if said else ""
+
+    async def best_score(self, text: str) -> float:
+        """How close the nearest relevant passage is to the words (0: none)."""
+        passages = await self._search(text)
+        return float(passages[0].score) if passages else 0.0
+
+    async def _search(self, text: str) -> list[Any]:
+        if self.knowledge is None or not text.strip():
+            return []
+        try:
+            found = list(await self.knowledge.search(text))
+        except Exception as exc:  # noqa: BLE001 - an index outage is an unknown fact, not a crash
+            log.warning("knowledge search failed", extra={"error": repr(exc)})
+            return []
+        kept = [p for p in found if p.score >= self.min_score
+                or shares_words(text, p.text, getattr(p, "title", ""))]
+        # A passage that holds a name or a phrase of the question ("Medicare") answers it before a
+        # nearer FAQ phrasing of another question ("Do you take walk-ins?").
+        return sorted(kept, key=lambda p: not names_or_phrase(text, f"{getattr(p, 'title', '')}. {p.text}"))

@@ -1,0 +1,54 @@
+"""Values from the call's earlier tasks, for the task at hand.
+
+A task's values are kept when it ends (``SessionState.given``). A later task of the same call
+takes the fields its profile lists under ``carry`` (the caller's name) without asking, and any
+field when the caller says so: "for the same car and name" takes the fields those words name
+(by a field's name, type or question), "the same" or "as before" alone takes every one. The
+read-back still says every value, so a carried value is heard before anything runs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from voicebot.brain.business.tasks import FieldSpec, TaskSpec
+from voicebot.brain.decide.state import SessionState
+
+# "the same car and name", "same as before", "that day too": values from the call's earlier task.
+# The words right after "same" name what carries ("car and name"); "for Friday" says what changes.
+_SAME = re.compile(r"\b(?:(?:the\s+)?same\b(?P<what>(?:\s+(?:and\s+)?(?!(?:as|for|on|at|in|with|but|"
+                   r"please|again)\b)[a-z']+){0,4})|as before|as last time|that day too)", re.I)
+_NOT_NOUNS = frozenset("and the a for with as please one again too details".split())
+
+
+def _field_words(item: FieldSpec) -> set[str]:
+    """Words that name a field: its own name's, its type's, and those of its question."""
+    words = set(item.name.lower().split("_")) | {item.type}
+    words |= set(re.findall(r"[a-z]+", f"{item.ask} {item.description}".lower())) - _QUESTION_WORDS
+    return words
+
+
+_QUESTION_WORDS = frozenset("what which is the your you would like to for of a an in on at it "
+                            "please and or do does".split())
+
+
+def asks_for_the_same(words: str) -> bool:
+    """"The same for Thursday", "same as before": the caller wants the call's last task again."""
+    return _SAME.search(words) is not None
+
+
+def carry_values(state: SessionState, spec: TaskSpec, words: str) -> list[str]:
+    """The fields of ``spec`` filled from earlier tasks (none already given is overwritten)."""
+    form = state.form
+    if form is None or not state.given:
+        return []
+    wanted = set(spec.carry)
+    same = _SAME.search(words)
+    if same is not None:
+        nouns = set(re.findall(r"[a-z]+", (same["what"] or "").lower())) - _NOT_NOUNS
+        named = {f.name for f in spec.fields if nouns & _field_words(f)}
+        wanted |= named or {f.name for f in spec.fields}
+    carried = [name for name in wanted if name in state.given and form.values.get(name) in (None, "")]
+    for name in carried:
+        form.values[name] = state.given[name]
+    return carried

@@ -1,0 +1,103 @@
+"""Codes the caller reads out (a plate, a reference, a member number) and the words around values.
+
+A field is a code when the profile types it ``code`` or the tool's schema gives it a
+``pattern``. Callers say codes in pieces: "M N seven three one zero", "M as in Mike, N
+as in November, 7310", "double four". ``parse_code`` joins the pieces into one code
+and checks it against the pattern; ``spoken_code`` says one back character by
+character ("M N 7 3 1 0" is spoken "M N seven three one zero", never "seven
+thousand three hundred ten").
+
+``strip_lead`` takes the carrier words off a free-text answer ("The plate is MN 7310."
+is "MN 7310"; "It's for a sore throat" is "a sore throat"): only the value is kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+from voicebot.brain.read.values import digits
+
+_DIGIT_WORDS = {"zero": "0", "oh": "0", "o": "0", "nought": "0", "one": "1", "two": "2", "three": "3",
+                "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9"}
+_REPEAT = {"double": 2, "triple": 3}
+# "M as in Mike", "M for Mike", "M like Mike": the letter, not the word that spells it.
+_AS_IN = re.compile(r"\b([a-z])\s*(?:,\s*)?(?:as in|for|like)\s+[a-z]+\b", re.I)
+_LEADS = re.compile(
+    r"^(?:(?:so|well|okay|ok|um|uh|oh|ah|yes|yeah|sure)[,\s]+)*"
+    r"(?:(?:it's|it is|that's|that is|this is)\s+(?:for\s+)?|"
+    r"(?:the|my|our|his|her|their)\s+(?:[\w-]+\s+){0,3}?(?:is|was|would be|will be|:)\s+|"
+    r"(?:it's|it is)\s+about\s+|(?:for|about)\s+(?=\w))?", re.I)
+_FILLER_WORDS = frozenset("the is my our a an it it's its number code plate reference please "
+                          "and that's that".split())
+
+
+def strip_lead(text: str) -> str:
+    """The value without the words that carry it: "The plate is MN 7310." -> "MN 7310"."""
+    value = " ".join(text.split()).strip()
+    stripped = _LEADS.sub("", value, count=1).strip()
+    return (stripped or value).rstrip(".!,;")
+
+
+def code_pieces(text: str) -> list[str]:
+    """The characters of a code as said: letters, digits, digit words, "double 4"."""
+    text = _AS_IN.sub(r"\1", strip_lead(text))
+    tokens = re.findall(r"[A-Za-z0-9]+", text.replace("-", " "))
+    pieces: list[str] = []
+    repeat = 1
+    for token in tokens:
+        lower = token.lower()
+        if lower in _REPEAT:
+            repeat = _REPEAT[lower]
+            continue
+        if lower in _DIGIT_WORDS and not (lower == "o" and token.isupper()):
+            piece = _DIGIT_WORDS[lower]
+        elif lower in _FILLER_WORDS and not token.isupper():
+            repeat = 1
+            continue
+        elif len(token) == 1 or token.isupper() or any(c.isdigit() for c in token):
+            piece = token.upper()
+        else:
+            piece = digits(lower)
+            if not piece.isdigit():  # a word that is not part of a code ("plate", "thanks")
+                repeat = 1
+                continue
+        pieces.append(piece * repeat if len(piece) == 1 else piece)
+        repeat = 1
+    return pieces
+
+
+def parse_code(text: str, pattern: str = "") -> str | None:
+    """The code in the caller's words, or None (nothing like one, or not matching ``pattern``)."""
+    code = "".join(code_pieces(text))
+    if not code or len(code) > 40:
+        return None
+    if pattern:
+        try:
+            if re.fullmatch(pattern, code) is None and re.search(pattern, code) is None:
+                return None
+        except re.error:
+            return code
+    return code
+
+
+def spoken_code(value: str) -> str:
+    """A code said back one character at a time."""
+    return " ".join(ch for ch in str(value) if ch.isalnum())
+
+
+_CODE_LIKE = re.compile(r"\b(?=[A-Za-z]*\d)[A-Za-z0-9]*\d[A-Za-z0-9]*\b")
+
+
+def spoken_codes_in(text: str) -> str:
+    """Free text said back with its code-like tokens (four digits or more, or letters and
+    digits mixed) spelled out: "MN 7310" -> "M N 7 3 1 0"; "2 weeks" stays."""
+    def spell(match: re.Match[str]) -> str:
+        token = match[0]
+        if token.isdigit() and len(token) < 4:
+            return token
+        return spoken_code(token)
+
+    spelled = _CODE_LIKE.sub(spell, text)
+    # A short capital group right before a spelled code is part of it ("MN 7 3 1 0").
+    return re.sub(r"\b([A-Z]{2,3})\b(?=\s+[A-Z0-9](?:\s|$))",
+                  lambda m: spoken_code(m[1]) if m.end() < len(spelled) else m[1], spelled)

@@ -1,0 +1,1 @@
+"""Stage 4, speak: code's sentences about actions and values, fit for the ear."""
