@@ -22,12 +22,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from voicebot.brain.act.tool_errors import classify, error_text
 from voicebot.brain.act.toolcalls import ToolCall, new_call_id
 from voicebot.brain.act.tools import Dispatcher, Tool, ToolContext, ToolResult
 from voicebot.brain.business.profile import Sentences
 from voicebot.brain.business.references import IDEMPOTENCY_KEY, References
 from voicebot.brain.decide.state import Outcome, PendingAction, SessionState
+from voicebot.brain.decide.tool_errors import classify, error_text
 from voicebot.brain.runtime.session_lease import Lease, LeaseLost
 from voicebot.brain.runtime.session_store import SessionHistory, SessionStore
 from voicebot.brain.speak.readback import default_action, render, sentence

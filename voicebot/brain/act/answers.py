@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from voicebot.brain.act.tools import ReadTool
 from voicebot.brain.business.profile import Sentences
-from voicebot.brain.decide.form import ReadTool
 from voicebot.brain.decide.options import items_of
 from voicebot.brain.metrics import KNOWLEDGE_PREFETCHES
 from voicebot.brain.speak.spoken import SpokenTextCleaner

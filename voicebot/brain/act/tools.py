@@ -151,6 +151,10 @@ class ToolResult:
                 "content": json.dumps(self.content, sort_keys=True, ensure_ascii=False)}
 
 
+# A read-only tool as code calls it (a finder, a lookup, a knowledge tool): never a write.
+ReadTool = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
+
+
 Sleep = Callable[[float], Awaitable[None]]
 
 

@@ -12,42 +12,36 @@ Per turn, after the caller's words were read into field values (``reading.py``):
    runs it (``confirm.py``), so the caller hears exactly what will run.
 
 A lookup task (a read-only tool) runs at step 3 and code says what it found.
-Nothing here calls the model or writes anything.
+Nothing here calls the model, a tool or writes anything: a step that needs a read-only tool's
+answer returns ``Find``; the act stage calls the tool and the step is taken again with the
+result (``next_step``'s ``found``), so every step is a pure function of the state and results.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from voicebot.brain.act.tool_errors import classify
-from voicebot.brain.act.tools import ToolResult
 from voicebot.brain.business.profile import Sentences
 from voicebot.brain.business.references import References
 from voicebot.brain.business.tasks import FieldSpec, Finder, TaskSpec
 from voicebot.brain.decide.carry import carry_values
+from voicebot.brain.decide.decisions import Ask, Decision, Find, Found, Offer, ReadBack, Say
 from voicebot.brain.decide.options import items_of, pick_option, same_value
 from voicebot.brain.decide.state import FormState, Option, PendingAction, SessionState
+from voicebot.brain.decide.tool_errors import classify
 from voicebot.brain.read.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
 from voicebot.brain.read.values import normalise
 from voicebot.brain.speak.readback import default_action, join_words, render, sentence, spoken_value
 
-ReadTool = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
-UNREACHABLE = ("unavailable", "timeout")
+if TYPE_CHECKING:
+    from voicebot.brain.act.tools import ToolResult
+
+# The read-only tools' results this turn, by ``lookup_key``.
+Lookups = dict[str, "ToolResult"]
 MAX_OPTIONS = 3
-
-
-@dataclass
-class Step:
-    """What code says this turn, and what came of it."""
-
-    say: str
-    proposed: PendingAction | None = None
-    unreachable: bool = False
-    looked_up: bool = False
 
 
 class Forms:
@@ -165,28 +159,32 @@ class Forms:
             return spec.ask_any
         return item.ask
 
-    async def advance(self, state: SessionState, turn_id: str, read: ReadTool) -> Step:
+    def next_step(self, state: SessionState, turn_id: str, found: Lookups | None = None) -> Decision:
+        """The form's next step: ask, offer, read back, say what a lookup found, or ``Find`` what
+        a read-only tool must answer first (taken again with its result in ``found``). The state
+        changes only on the step that ends it, so taking it again is safe."""
         form = state.form
         assert form is not None
+        found = found or {}
         spec = self.tasks[form.task]
         self.known_reference(state, spec)
         missing = self.missing(state)
         if missing is not None:
             form.asking = missing.name
-            return Step(self.question(state, missing))
+            return Ask(missing.name, self.question(state, missing))
         form.asking = ""
         if spec.lookup:
-            return await self._look_up(state, spec, read)
+            return self._look_up(state, spec, found)
         chosen: dict[str, dict[str, Any]] = {}
         for finder in spec.finders:
-            found = await self._find(state, spec, finder, read)
-            if isinstance(found, Step):
-                return found
-            chosen[finder.argument] = found
+            item = self._find(state, spec, finder, found)
+            if not isinstance(item, dict):
+                return item
+            chosen[finder.argument] = item
         return self._propose(state, spec, chosen, turn_id)
 
-    async def _find(self, state: SessionState, spec: TaskSpec, finder: Finder, read: ReadTool
-                    ) -> dict[str, Any] | Step:
+    def _find(self, state: SessionState, spec: TaskSpec, finder: Finder, found: Lookups
+              ) -> dict[str, Any] | Decision:
         form = state.form
         assert form is not None
         picked = form.picked.get(finder.argument)
@@ -194,7 +192,10 @@ class Forms:
             return picked
         args = {arg: form.values[name] for arg, name in finder.args.items()
                 if form.values.get(name) not in (None, "")}
-        result = await read(finder.tool, args)
+        find = Find(finder.tool, args)
+        result = found.get(find.key)
+        if result is None:
+            return find
         if result.outcome != "succeeded" and (said := self._tool_problem(state, finder.tool, result)):
             return said
         items = items_of(result.content.get("result"), finder.items) if result.outcome == "succeeded" else []
@@ -210,7 +211,7 @@ class Forms:
             return self._offer(state, spec, finder, items)
         return self._nothing(state, spec, finder, result)
 
-    def _tool_problem(self, state: SessionState, tool: str, result: ToolResult) -> Step | None:
+    def _tool_problem(self, state: SessionState, tool: str, result: ToolResult) -> Decision | None:
         """A read-only tool's error, by rule (``tool_errors.py``): a value it did not accept is
         asked again; a refusal is said and the first value asked again (None: as nothing found);
         anything else is "I can't check that right now"."""
@@ -219,16 +220,16 @@ class Forms:
         spec = self.tasks[form.task]
         problem = classify(result, [f.name for f in spec.fields], self.errors.get(tool))
         if problem.kind == "field" and spec.field(problem.field) is not None:
-            return Step(self.ask_again(state, problem.field, problem.say or None))
+            return Ask(problem.field, self.ask_again(state, problem.field, problem.say or None))
         if problem.kind == "refusal":
             first = next((f for f in spec.fields if form.values.get(f.name) not in (None, "")), None)
             if first is None or not problem.say:
                 return None
-            return Step(f"{problem.say} {self.ask_again(state, first.name, '')}")
-        return Step(self.sentences.tool_unavailable, unreachable=True)
+            return Ask(first.name, f"{problem.say} {self.ask_again(state, first.name, '')}")
+        return Say(self.sentences.tool_unavailable)
 
     def _offer(self, state: SessionState, spec: TaskSpec, finder: Finder,
-               items: list[dict[str, Any]]) -> Step:
+               items: list[dict[str, Any]]) -> Offer:
         form = state.form
         assert form is not None
         options = [Option(argument=finder.argument, label=self._label(finder, item), item=item)
@@ -240,11 +241,11 @@ class Forms:
         form.options = options
         form.asking = next(iter(finder.match.values()), "")
         labels = join_words([o.label for o in options]).replace(" and ", " or ")
-        if not wanted:
-            return Step(f"I can offer {labels}. Which would you like?")
-        return Step(render(self.sentences.alternatives, {"wanted": wanted, "options": labels}))
+        said = render(self.sentences.alternatives, {"wanted": wanted, "options": labels}) if wanted \
+            else f"I can offer {labels}. Which would you like?"
+        return Offer(form.asking, tuple(o.label for o in options), said)
 
-    def _nothing(self, state: SessionState, spec: TaskSpec, finder: Finder, result: ToolResult) -> Step:
+    def _nothing(self, state: SessionState, spec: TaskSpec, finder: Finder, result: ToolResult) -> Ask:
         """Nothing listed (a closed day, a full one, or a value the tool refused): code asks for
         another value of the first field the finder was given."""
         form = state.form
@@ -256,7 +257,7 @@ class Forms:
         if first:
             form.values.pop(first, None)
             form.asking = first
-        return Step(render(self.sentences.nothing_free, {"wanted": wanted}))
+        return Ask(first, render(self.sentences.nothing_free, {"wanted": wanted}))
 
     def _wanted(self, spec: TaskSpec, form: FormState, names: list[str]) -> str:
         parts = []
@@ -287,7 +288,7 @@ class Forms:
 
     # ---- the proposal and the lookup ----------------------------------------------
     def _propose(self, state: SessionState, spec: TaskSpec, chosen: dict[str, dict[str, Any]],
-                 turn_id: str) -> Step:
+                 turn_id: str) -> ReadBack:
         form = state.form
         assert form is not None
         args: dict[str, Any] = {}
@@ -315,7 +316,7 @@ class Forms:
         pending_spoken = {k: v for k, v in spoken.items() if isinstance(v, str | int | float)}
         state.propose(pending)
         state.task = pending_spoken  # what the done sentence and a handoff summary may name
-        return Step(sentence(self.sentences.confirm.format(action=action)), proposed=pending)
+        return ReadBack(pending, sentence(self.sentences.confirm.format(action=action)))
 
     def _argument(self, item: FieldSpec | None, value: Any, state: SessionState) -> Any:
         if item is not None and item.type == "reference":
@@ -335,12 +336,15 @@ class Forms:
             return spoken_codes_in(str(value))
         return spoken_value(value)
 
-    async def _look_up(self, state: SessionState, spec: TaskSpec, read: ReadTool) -> Step:
+    def _look_up(self, state: SessionState, spec: TaskSpec, found: Lookups) -> Decision:
         form = state.form
         assert form is not None
         args = {name: self._argument(spec.field(name), form.values[name], state)
                 for name in spec.arguments if form.values.get(name) not in (None, "")}
-        result = await read(spec.name, args)
+        find = Find(spec.name, args)
+        result = found.get(find.key)
+        if result is None:
+            return find
         if result.outcome != "succeeded" and (said := self._tool_problem(state, spec.name, result)):
             return said
         value = result.content.get("result") if result.outcome == "succeeded" else None
@@ -351,14 +355,13 @@ class Forms:
         state.form = None
         if not items:
             question = spec.ask_any or self.sentences.anything_else
-            return Step(self.sentences.not_found.format(question=question), looked_up=True)
+            return Found(self.sentences.not_found.format(question=question))
         said = []
         for item in items[:MAX_OPTIONS]:
             shown = self.references.present(item, state)
             values = {**item, **{k: v for k, v in shown.items() if isinstance(v, str) and v in state.refs}}
             said.append(render(spec.found, values) if spec.found else self._plain(item))
-        return Step(sentence(f"I found {join_words(said)}.") + " " + self.sentences.anything_else,
-                    looked_up=True)
+        return Found(sentence(f"I found {join_words(said)}.") + " " + self.sentences.anything_else)
 
     def _plain(self, item: dict[str, Any]) -> str:
         shown = [spoken_value(v) for k, v in item.items() if not k.endswith("_id")

@@ -64,6 +64,15 @@ class Reading:
     by: str = "rules"
     record: dict[str, Any] = field(default_factory=dict)
     failed: bool = False  # the model was needed and could not read: the caller hears the fallback
+    # What the words are as dialogue acts, read by rules (``turn_reading.py``), so that deciding
+    # needs no words of its own.
+    text: str = ""
+    answer: Answer = Answer.OTHER  # as an answer to a read-back ("yes", "no", "hmm")
+    for_person: bool = False  # asks for a person
+    question: bool = False  # asked as a question
+    closing: bool = False  # thanks, goodbye, "no, that's all"
+    greeting: bool = False  # a short hello
+    same: bool = False  # "the same (car, name, again...)": values of the call's earlier task
 
 
 def is_question(text: str) -> bool:

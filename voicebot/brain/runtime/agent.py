@@ -1,12 +1,13 @@
-"""The brain's dialogue side of a turn: code decides, this carries it out (read -> decide -> act -> speak).
+"""A turn's stages carried out: read (``read/turn_reading.py``) -> decide (``decide/``) -> act -> speak.
 
-Code decides everything (``conversation.py``): the answer to a read-back, the reading of the
-words (rules, embeddings, the model under a JSON schema), the task's next question, the
-finder's lookup, the read-back, the confirmed write. The model only reads; nothing it writes is
-spoken or run. A question is answered from the business's knowledge only (``answers.py``). A
-confirmed write runs once, holds the session until its outcome is stored, and outlives a
-cancelled turn. The session runtime around the turn (history, lease, guard, urgent check,
-merging, storing) is ``turn_runtime.py``.
+Code decides everything: ``Conversation.decide`` turns the reading and the state into one
+decision of a closed set (``decide/decisions.py``), and ``carry_out`` here is the one place each
+is carried out: a ``Find`` calls a read-only tool and the form's step is taken again with its
+result; ``Run`` runs the confirmed action once, holding the session until its outcome is stored
+and outliving a cancelled turn; ``Answer`` answers from the business's knowledge only
+(``act/answers.py``); the rest is said. The model only reads; nothing it writes is spoken or
+run. The session runtime around the turn (history, lease, guard, urgent check, merging,
+storing) is ``turn_runtime.py``.
 """
 
 
@@ -28,9 +29,19 @@ from voicebot.brain.business.profile import Profile
 from voicebot.brain.business.references import References
 from voicebot.brain.business.tasks import TaskError, build_tasks
 from voicebot.brain.config import BrainSettings
-from voicebot.brain.decide.conversation import Conversation, Decision
-from voicebot.brain.decide.form import Forms, ReadTool
-from voicebot.brain.decide.state import PendingAction, SessionState
+from voicebot.brain.decide.conversation import Conversation, TurnFacts
+from voicebot.brain.decide.decisions import (
+    Answer,
+    Decision,
+    Fallback,
+    Find,
+    Handoff,
+    Run,
+    name_of,
+    text_of,
+)
+from voicebot.brain.decide.form import Forms, Lookups
+from voicebot.brain.decide.state import PendingAction
 from voicebot.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from voicebot.brain.metrics import (
     HANDOFFS,
@@ -41,8 +52,9 @@ from voicebot.brain.metrics import (
 )
 from voicebot.brain.read.dialog import handoff_summary
 from voicebot.brain.read.guard import TopicGuard
-from voicebot.brain.read.reading import IntentPicker, Reader, intent_examples
+from voicebot.brain.read.reading import IntentPicker, Reader, Reading, intent_examples
 from voicebot.brain.read.sentence_encoder import SentenceEncoder
+from voicebot.brain.read.turn_reading import TurnReader
 from voicebot.brain.read.urgent import UrgentScreen
 from voicebot.brain.runtime.prefill import WordsPrefill
 from voicebot.brain.runtime.session_lease import Lease
@@ -95,7 +107,9 @@ class Agent(SessionRuntime):
                              settings.reading_timeout_s, settings.llm_model)
         self.answers = Answers(knowledge, self.sentences, lambda: self.conversation.can_help(),
                                knowledge_tools(self.profile, self.tools), self.profile.knowledge.min_score)
-        self.conversation = Conversation(self.profile, self.forms, self.reader, self.answers, today)
+        self.conversation = Conversation(self.profile, self.forms)
+        self.turn_reader = TurnReader(self.reader, self.answers.best_score, self.sentences.anything_else,
+                                      today)
         self.urgent = urgent_screen(self.profile, encoder, self.side_chat, settings.urgent_timeout_s)
         self.words_prefill = WordsPrefill(self._prime_words, settings.prefill_on_words_max)
         self._background: set[asyncio.Task] = set()
@@ -141,82 +155,90 @@ class Agent(SessionRuntime):
             await events.put(exc)
 
     async def _decide_and_answer(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
-        """Code decides (``conversation.py``); this carries it out: a handoff, the confirmed
-        action run once, or code's words, after an answer from the business's knowledge."""
-        request = turn.request
-
-        async def read(name: str, arguments: dict[str, Any]) -> ToolResult:
-            await passed.wait()  # tools wait for the topic guard
-            return await self._read_tool(turn, name, arguments, events)
-
+        """Read, decide, act, speak: the words are read (``read/turn_reading.py``), code decides
+        one step (``decide/conversation.py``), and this carries it out."""
         if turn.preface:
             await self.say(turn, events, turn.preface)
-        decision = await self.conversation.decide(turn.state, request.text, request.turn_id,
-                                                  turn.last_turn(), read, turn.before_model,
-                                                  dict(request.session_context), request.previous_reply,
-                                                  turn.finished)
-        self._record_decision(turn, decision)
-        if decision.fallback:
-            LLM_FALLBACKS.inc()
-            turn.fallback = True
-        if decision.handoff:
-            await self.handoff(turn, events, decision.handoff, decision.say)
-            return
-        if decision.run is not None:
-            await passed.wait()  # no write before the topic guard has passed the turn
-            await self._run_confirmed(turn, decision.run, read, events)
-            return
-        text = decision.say
-        if decision.answer_question:
-            answer = await self.answers.answer(decision.answer_question, request.language or "en", read)
-            turn.record["answer"] = answer.record
-            KNOWLEDGE_ANSWERS.labels("yes" if answer.known else "no").inc()
-            said = answer.text if answer.known or not text else self.sentences.unknown_fact
-            text = " ".join(filter(None, [said, text]))
-            if not answer.known and not decision.say and turn.state.form is None:
-                turn.state.understood(False)
-        await self.say(turn, events, text)
+        facts = TurnFacts(turn.request.turn_id, turn.last_turn(), turn.request.previous_reply,
+                          dict(turn.request.session_context))
+        reading, decision = await self._read_and_decide(turn, facts)
+        self._record_reading(turn, reading)
+        await self.carry_out(turn, [decision], facts, passed, events)
+
+    async def _read_and_decide(self, turn: TurnRun, facts: TurnFacts) -> tuple[Reading, Decision]:
+        state, text = turn.state, turn.request.text
+        if turn.finished is not None and state.pending is None and state.form is None:
+            trial, reading = await self.turn_reader.read_against(state, turn.finished, text,
+                                                                 turn.before_model)
+            changed = self.conversation.change_to_finished(state, trial, reading, facts)
+            if changed is not None:
+                return reading, changed
+        reading = await self.turn_reader.read(state, text, turn.before_model)
+        return reading, self.conversation.decide(state, reading, facts)
+
+    async def carry_out(self, turn: TurnRun, decisions: list[Decision], facts: TurnFacts,
+                        passed: asyncio.Event, events: asyncio.Queue) -> None:
+        """The one processor of decisions (``decide/decisions.py``): a ``Find`` is called and the
+        form's step taken again with its result; ``Run`` waits for the topic guard, runs the
+        action once and carries out what its outcome decides; the rest is said."""
+        for decision in decisions:
+            decision = await self._found(turn, decision, passed, events)
+            self._record_decision(turn, decision)
+            match decision:
+                case Handoff(reason=reason, text=text):
+                    await self.handoff(turn, events, reason, text)
+                case Run(action=action):
+                    await passed.wait()  # no write before the topic guard has passed the turn
+                    outcome = await self._execute(turn, action)
+                    follow = self.conversation.after_write(turn.state, outcome, facts)
+                    await self.carry_out(turn, follow, facts, passed, events)
+                case Answer(question=question, then=then):
+                    await self._answer(turn, events, question, then, passed)
+                case Fallback(text=text):
+                    LLM_FALLBACKS.inc()
+                    turn.fallback = True
+                    await self.say(turn, events, text)
+                case _:
+                    await self.say(turn, events, text_of(decision))
+
+    async def _found(self, turn: TurnRun, decision: Decision, passed: asyncio.Event,
+                     events: asyncio.Queue) -> Decision:
+        """The read-only tools the form's step needs, called until the step is taken."""
+        found: Lookups = {}
+        while isinstance(decision, Find):
+            await passed.wait()  # tools wait for the topic guard
+            found[decision.key] = await self._read_tool(turn, decision.tool, decision.args, events)
+            decision = self.forms.next_step(turn.state, turn.request.turn_id, found)
+        return decision
+
+    async def _answer(self, turn: TurnRun, events: asyncio.Queue, question: str, then: str,
+                      passed: asyncio.Event) -> None:
+        """A question answered from the business's knowledge only, then code's question again."""
+        async def read(name: str, arguments: dict[str, Any]) -> ToolResult:
+            await passed.wait()  # a knowledge tool waits for the topic guard too
+            return await self._read_tool(turn, name, arguments, events)
+
+        answer = await self.answers.answer(question, turn.request.language or "en", read)
+        turn.record["answer"] = answer.record
+        KNOWLEDGE_ANSWERS.labels("yes" if answer.known else "no").inc()
+        said = answer.text if answer.known or not then else self.sentences.unknown_fact
+        if not answer.known and not then and turn.state.form is None:
+            turn.state.understood(False)
+        await self.say(turn, events, " ".join(filter(None, [said, then])))
+
+    def _record_reading(self, turn: TurnRun, reading: Reading) -> None:
+        """How the words were read; the values themselves stay out of the record (personal
+        data): only which fields were read, and by what."""
+        READINGS.labels(reading.by).inc()
+        turn.record["reading"] = {"intent": reading.intent, "by": reading.by,
+                                  "fields": sorted(reading.values),
+                                  **{k: v for k, v in reading.record.items() if k != "reading"}}
 
     def _record_decision(self, turn: TurnRun, decision: Decision) -> None:
-        """What code decided and how the words were read; the values themselves stay out of the
-        record (personal data): only which fields were read, and by what."""
-        turn.record["decision"] = ("handoff" if decision.handoff else "run" if decision.run else
-                                   "answer" if decision.answer_question else "say")
-        if decision.read is not None:
-            READINGS.labels(decision.read.by).inc()
-            turn.record["reading"] = {"intent": decision.read.intent, "by": decision.read.by,
-                                      "fields": sorted(decision.read.values),
-                                      **{k: v for k, v in decision.read.record.items() if k != "reading"}}
+        turn.record.setdefault("decision", name_of(decision))  # the turn's own decision comes first
         form = turn.state.form
         if form is not None:
             turn.record["form"] = {"task": form.task, "have": sorted(form.values), "asking": form.asking}
-
-    async def _run_confirmed(self, turn: TurnRun, action: PendingAction, read: ReadTool,
-                             events: asyncio.Queue) -> None:
-        outcome = await self._execute(turn, action)
-        if outcome.status == "unknown":
-            await self.handoff(turn, events, "unknown_outcome", outcome.say)
-        elif outcome.status == "field" and turn.state.form is not None:
-            # A value the business did not accept: that field again, the others kept.
-            await self.say(turn, events, self.forms.ask_again(turn.state, outcome.field,
-                                                                 outcome.note or None))
-        elif outcome.status == "refused" and self._finds_again(turn.state):
-            # The business said no (the slot was just taken): nothing was done; code looks again
-            # and offers what is possible now.
-            step = await self.forms.advance(turn.state, turn.request.turn_id, read)
-            await self.say(turn, events, f"{outcome.say or self.sentences.not_done} {step.say}")
-        elif outcome.status in ("refused", "field"):
-            turn.state.form = None
-            said = outcome.say or self.sentences.not_done
-            await self.say(turn, events, f"{said} {self.sentences.anything_else}")
-        else:
-            await self.say(turn, events, outcome.say)
-
-    def _finds_again(self, state: SessionState) -> bool:
-        """After a refusal, a task with finders looks again (what is free now); one without
-        would only propose the same refused action again."""
-        form = state.form
-        return form is not None and bool(self.forms.tasks[form.task].finders)
 
     async def _execute(self, turn: TurnRun, action: PendingAction) -> WriteOutcome:
         request, state = turn.request, turn.state

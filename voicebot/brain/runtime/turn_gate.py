@@ -17,6 +17,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from voicebot.brain.decide.decisions import Urgent, name_of
 from voicebot.brain.metrics import (
     GUARD_BLOCKS,
     HANDOFFS,
@@ -140,29 +141,30 @@ class TurnGate:
         if check.urgent:
             if guard is not None:
                 guard.cancel()
-            turn.urgent = check
+            situation = check.situation
+            turn.urgent = Urgent(situation.name, situation.say, situation.handoff)
             return GuardVerdict(False, f"urgent: {check.situation.name}", check.ms / 1000, by=URGENT)
         return await guard if guard is not None else None
 
     def _urgent_reply(self, turn: TurnRun) -> brain_pb2.RespondEvent:
         """The situation's sentence is the whole reply; whatever the turn's own work changed of
         the state is dropped, and nothing read back before it may run on a later yes."""
-        assert turn.urgent is not None and turn.urgent.situation is not None
-        situation = turn.urgent.situation
-        URGENT_TURNS.labels(situation.name).inc()
+        urgent = turn.urgent
+        assert urgent is not None
+        URGENT_TURNS.labels(urgent.situation).inc()
         log.warning("urgent situation recognised", extra={"turn_id": turn.request.turn_id,
-                                                          "situation": situation.name})
+                                                          "situation": urgent.situation})
         if turn.state_before is not None:
             turn.history.state = turn.state_before
         turn.state.drop_pending()
-        text = speakable(situation.say)
+        text = speakable(urgent.text)
         turn.spoken = [text]
-        turn.record["decision"] = "urgent"
+        turn.record["decision"] = name_of(urgent)
         return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, delta=brain_pb2.TextDelta(text=text))
 
     def _urgent_handoff(self, turn: TurnRun) -> brain_pb2.RespondEvent:
-        assert turn.urgent is not None and turn.urgent.situation is not None
-        reason = f"urgent_{turn.urgent.situation.name}"
+        assert turn.urgent is not None
+        reason = f"urgent_{turn.urgent.situation}"
         summary = handoff_summary(turn.state, reason)
         turn.state.handed_off()
         HANDOFFS.labels(reason).inc()

@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from voicebot.brain.decide.decisions import Urgent
 from voicebot.brain.decide.state import FormState, SessionState
-from voicebot.brain.read.urgent import UrgentCheck
 from voicebot.brain.runtime.session_lease import Lease
 from voicebot.brain.runtime.session_store import SessionHistory, Turn
 from voicebot.v1 import brain_pb2
@@ -48,7 +48,7 @@ class TurnRun:
     finished: FormState | None = None
     # An urgent situation the profile names, recognised in the words (``urgent.py``): its
     # sentence is the reply, and the state is the one the turn started from.
-    urgent: UrgentCheck | None = None
+    urgent: Urgent | None = None
     state_before: SessionState | None = None
 
     @property

@@ -162,7 +162,7 @@ class SessionRuntime(TurnGate):
             if turn.urgent is not None:
                 outcome = "urgent"
                 final, recorded = await self._finish(turn, outcome)
-                if turn.urgent.situation is not None and turn.urgent.situation.handoff:
+                if turn.urgent.handoff:
                     yield self._urgent_handoff(turn)
             elif turn.record.get("guard", {}).get("allowed") is False:
                 outcome = "blocked"

@@ -25,9 +25,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from voicebot.brain.act.tools import ToolResult
+if TYPE_CHECKING:
+    from voicebot.brain.act.tools import ToolResult
+
 
 Kind = Literal["refusal", "field", "transient", "unknown"]
 _CODE = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*:\s*(.*)$", re.S)
