@@ -72,6 +72,14 @@ def test_a_choice_is_one_allowed_value_the_words_name():
     assert match_choice("a perm", ["haircut", "colour"]) is None
 
 
+@pytest.mark.parametrize(("words", "choice"), [
+    ("can I get my hair coloured with Leo", "colour"), ("two haircuts", "haircut"),
+    ("a beard trimmed", "beard trim"), ("colouring and a haircut", None), ("a perm", None),
+])
+def test_a_choice_is_named_by_another_form_of_its_words(words, choice):
+    assert match_choice(words, ["haircut", "colour", "beard trim"]) == choice
+
+
 @pytest.mark.parametrize(("kind", "words", "current", "changed"), [
     ("time", "Could you make it a little later, please?", "19:00", "19:30"),
     ("time", "an hour earlier", "19:00", "18:00"), ("time", "push it back by an hour", "19:00", "20:00"),

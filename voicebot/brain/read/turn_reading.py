@@ -135,7 +135,9 @@ class TurnReader:
                      values: dict[str, Any], text: str) -> bool:
         words = len(text.split())
         if state.pending is not None and not values and words > 2:
-            return True  # "Could we do eight instead?": a change to the read-back the rules cannot read
+            # "Could we do eight instead?": a change to the read-back the rules cannot read; a
+            # question about the business ("Before I say yes, where are you?") is answered as is.
+            return intent != QUESTION
         if is_question(text) and not values:
             return False
         if target is None:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import parsedatetime
+import snowballstemmer
 from text_to_num import alpha2digit
 
 _CALENDAR = parsedatetime.Calendar(version=parsedatetime.VERSION_CONTEXT_STYLE)
+# Other forms of a choice's words ("coloured", "trims"): the Snowball stemmer, not a suffix list.
+_STEMMER = snowballstemmer.stemmer("english")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
            "october", "november", "december")
@@ -214,15 +217,28 @@ def parse_name(text: str) -> str | None:
 
 
 def match_choice(text: str, choices: Sequence[str]) -> str | None:
-    """The one allowed value the words name (case and spacing aside); None for none or several."""
-    words = " " + re.sub(r"[^\w]+", " ", text.lower()) + " "
-    found = [c for c in choices if c and " " + re.sub(r"[^\w]+", " ", c.lower()).strip() + " " in words]
+    """The one allowed value the words name (case and spacing aside; another form of the same
+    word too: "coloured" names "colour", "trims" names "trim"); None for none or several."""
+    exact, stems = _named(_plain_words(text), choices, _plain_words), _named(_stems(text), choices, _stems)
+    found = list(dict.fromkeys([*exact, *stems]))
     if len(found) > 1:  # "beard trim" also names "trim": the longest wins when it holds the others
         longest = max(found, key=len)
         if all(c.lower() in longest.lower() for c in found):
             return longest
         return None
     return found[0] if found else None
+
+
+def _plain_words(text: str) -> str:
+    return " " + " ".join(re.sub(r"[^\w]+", " ", text.lower()).split()) + " "
+
+
+def _stems(text: str) -> str:
+    return " " + " ".join(_STEMMER.stemWords(_plain_words(text).split())) + " "
+
+
+def _named(words: str, choices: Sequence[str], form: Callable[[str], str]) -> list[str]:
+    return [c for c in choices if c and form(c) in words]
 
 
 def plain_text(text: str, limit: int = 200) -> str | None:

@@ -1,0 +1,76 @@
+"""The read stage: the words against the session's state into one reading, the model only when
+rules and embeddings cannot read them."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from voicebot.brain.business.tasks import FieldSpec, TaskSpec
+from voicebot.brain.decide.state import FormState, PendingAction, SessionState
+from voicebot.brain.read.confirm import Answer
+from voicebot.brain.read.reading import QUESTION, Reader, Reading
+from voicebot.brain.read.turn_reading import TurnReader
+
+BOOK = TaskSpec(name="book_visit", title="booking a visit", lookup=False,
+                fields=(FieldSpec("day", "date", "Which day?", True),
+                        FieldSpec("name", "name", "Your name?", True)), arguments=("day", "name"))
+
+
+class Picker:
+    """Embeddings stand-in: the nearest intent is named per sentence."""
+
+    def __init__(self, picks: dict[str, tuple[str, float]]) -> None:
+        self.picks = picks
+
+    def pick(self, text: str) -> tuple[str | None, float]:
+        return self.picks.get(text, (None, 0.0))
+
+
+class CountingReader(Reader):
+    def __init__(self, picker: Picker) -> None:
+        super().__init__(chat=None, tasks={"book_visit": BOOK}, business="a garage", picker=picker)
+        self.asked: list[str] = []
+
+    async def model_reading(self, text, question, fields, with_intent=True) -> Reading:
+        self.asked.append(text)
+        return Reading("book_visit", {}, "model")
+
+
+def reader(picks: dict[str, tuple[str, float]]) -> tuple[TurnReader, CountingReader]:
+    model = CountingReader(Picker(picks))
+
+    async def nearest_knowledge(_text: str) -> float:
+        return 0.7
+
+    return TurnReader(model, nearest_knowledge, "Anything else?", lambda: dt.date(2026, 12, 7)), model
+
+
+def waiting() -> SessionState:
+    state = SessionState(form=FormState(task="book_visit", values={"day": "2026-12-09", "name": "Kim"}))
+    state.propose(PendingAction(tool="book_visit", args={}, action="a visit", read_back_turn="t1"))
+    return state
+
+
+async def test_a_plain_yes_to_the_read_back_is_read_by_rules_alone():
+    turns, model = reader({})
+    reading = await turns.read(waiting(), "Yes, please.")
+    assert reading.answer is Answer.YES and model.asked == []
+
+
+async def test_a_question_about_the_business_while_a_read_back_waits_needs_no_model():
+    turns, model = reader({"Before I say yes, where exactly are you?": (QUESTION, 0.5)})
+    reading = await turns.read(waiting(), "Before I say yes, where exactly are you?")
+    assert reading.intent == QUESTION and reading.question
+    assert model.asked == []
+
+
+async def test_a_change_the_rules_cannot_read_while_a_read_back_waits_asks_the_model():
+    turns, model = reader({"Could we do it under my wife's name instead?": ("book_visit", 0.8)})
+    await turns.read(waiting(), "Could we do it under my wife's name instead?")
+    assert model.asked == ["Could we do it under my wife's name instead?"]
+
+
+async def test_a_request_for_a_person_is_read_without_anything_else():
+    turns, model = reader({})
+    reading = await turns.read(waiting(), "Can I talk to a real person?")
+    assert reading.for_person and model.asked == []
