@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from voicebot.brain.business.errors import ProfileError
 from voicebot.brain.business.knowledge import KnowledgeSettings, load_passages
+from voicebot.brain.lang import LanguageError, language_pack
 
 __all__ = ["ProfileError"]  # raised here, defined in errors.py; importers may take it from either
 log = logging.getLogger(__name__)
@@ -289,6 +290,18 @@ class Profile(_Strict):
     @classmethod
     def _unique_names(cls, servers: list[McpServer]) -> list[McpServer]:
         return _unique_by_name(servers, "server")
+
+    @field_validator("languages")
+    @classmethod
+    def _packed(cls, languages: list[str]) -> list[str]:
+        """Every language the business names has the brain's words for it (``lang/``)."""
+        codes = [code.lower() for code in languages]
+        for code in codes:
+            try:
+                language_pack(code)
+            except LanguageError as exc:
+                raise ValueError(str(exc)) from None
+        return codes
 
 
 def _unique_by_name(items: list[Any], what: str) -> list[Any]:

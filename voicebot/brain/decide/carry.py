@@ -9,16 +9,26 @@ read-back still says every value, so a carried value is heard before anything ru
 
 from __future__ import annotations
 
+import functools
 import re
 
 from voicebot.brain.business.tasks import FieldSpec, TaskSpec
 from voicebot.brain.decide.state import SessionState
+from voicebot.brain.lang import pack_or_default
 
-# "the same car and name", "same as before", "that day too": values from the call's earlier task.
-# The words right after "same" name what carries ("car and name"); "for Friday" says what changes.
-_SAME = re.compile(r"\b(?:(?:the\s+)?same\b(?P<what>(?:\s+(?:and\s+)?(?!(?:as|for|on|at|in|with|but|"
-                   r"please|again)\b)[a-z']+){0,4})|as before|as last time|that day too)", re.I)
-_NOT_NOUNS = frozenset("and the a for with as please one again too details".split())
+
+@functools.cache
+def _same(language: str) -> tuple[re.Pattern[str], frozenset[str]]:
+    """"the same car and name", "same as before", "that day too": values from the call's earlier
+    task. The words right after the pack's ``same.word`` name what carries ("car and name"); one
+    of its ``same.ends`` ("for Friday") ends them."""
+    pack = pack_or_default(language)
+    same, phrases = pack.same, pack.phrases
+    articles = rf"(?:(?:{phrases(same.articles)})\s+)?" if same.articles else ""
+    ends = rf"(?!(?:{phrases(same.ends)})\b)" if same.ends else ""
+    pattern = (rf"{articles}{pack.word(re.escape(same.word))}(?P<what>(?:\s+{ends}[^\W\d_][\w']*){{0,4}})"
+               rf"|{pack.word(phrases(same.phrases))}")
+    return re.compile(pattern, re.I), frozenset(w.lower() for w in same.not_nouns)
 
 
 def _field_words(item: FieldSpec) -> set[str]:
@@ -32,20 +42,21 @@ _QUESTION_WORDS = frozenset("what which is the your you would like to for of a a
                             "please and or do does".split())
 
 
-def asks_for_the_same(words: str) -> bool:
+def asks_for_the_same(words: str, language: str = "en") -> bool:
     """"The same for Thursday", "same as before": the caller wants the call's last task again."""
-    return _SAME.search(words) is not None
+    return _same(language)[0].search(words) is not None
 
 
-def carry_values(state: SessionState, spec: TaskSpec, words: str) -> list[str]:
+def carry_values(state: SessionState, spec: TaskSpec, words: str, language: str = "en") -> list[str]:
     """The fields of ``spec`` filled from earlier tasks (none already given is overwritten)."""
     form = state.form
     if form is None or not state.given:
         return []
     wanted = set(spec.carry)
-    same = _SAME.search(words)
+    pattern, not_nouns = _same(language)
+    same = pattern.search(words)
     if same is not None:
-        nouns = set(re.findall(r"[a-z]+", (same["what"] or "").lower())) - _NOT_NOUNS
+        nouns = set(re.findall(r"[^\W\d_]+", (same["what"] or "").lower())) - not_nouns
         named = {f.name for f in spec.fields if nouns & _field_words(f)}
         wanted |= named or {f.name for f in spec.fields}
     carried = [name for name in wanted if name in state.given and form.values.get(name) in (None, "")]

@@ -10,10 +10,13 @@ read as usual (a question to answer, or new values for the task).
 
 from __future__ import annotations
 
+import functools
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from voicebot.brain.lang import pack_or_default
 from voicebot.common.speech_text import speakable
 
 if TYPE_CHECKING:
@@ -31,51 +34,56 @@ class Answer(StrEnum):
     OTHER = "other"  # not an answer to the read-back
 
 
-_YES_WORDS = (
-    r"yes|yeah|yep|yup|yes please|sure|correct|right|that's right|that is right|that's correct|"
-    r"exactly|ok|okay|alright|all right|please do|go ahead|do it|book it|confirm|confirmed|"
-    r"sounds good|perfect|great|absolutely|definitely|of course|yes that's right|yes go ahead|"
-    r"네|예|응|맞아요|맞습니다|좋아요|그래요|그렇게 해 ?주세요|해 ?주세요")
-_POLITE = r"please|thanks|thank you|go ahead|do it|book it|that's right|that's correct|please do|" \
-          r"that's great|sounds good|perfect|great|thank you very much|thanks a lot|네|예약해 ?주세요"
-_PLAIN_YES = re.compile(
-    rf"^(?:(?:oh|well|um|uh|ah),?\s+)?(?:{_YES_WORDS})(?:[\s,.!]+(?:{_YES_WORDS}|{_POLITE}))*[\s.!]*$", re.I)
-_PLAIN_NO = re.compile(
-    r"^(?:no|nope|nah|no thanks|no thank you|not really|no,? (?:that's|that is) (?:wrong|not right)|"
-    r"that's (?:wrong|not right)|don't|do not|wait|hold on|stop|아니요|아니오|아뇨|아니)"
-    r"(?:[\s,.!]+(?:no|thanks|thank you|wait|hold on|please|sorry))*[\s.!]*$", re.I)
-_LEADING_YES = re.compile(rf"^(?:{_YES_WORDS})\b", re.I)
-_LEADING_NO = re.compile(r"^(?:no|nope|nah|not|don't|wait|actually|아니요|아니오|아뇨|아니)\b", re.I)
-_HEDGE = re.compile(
-    r"^(?:(?:hmm+|um+|uh+|er+|well|maybe|perhaps|i guess(?: so)?|i think so|i'm not sure|not sure|"
-    r"i don't know|i suppose so|"
-    r"let me think|probably|possibly|kind of|sort of|i suppose)[\s,.!?]*)+$", re.I)
+@dataclass(frozen=True)
+class _ReadBackWords:
+    plain_yes: re.Pattern[str]
+    plain_no: re.Pattern[str]
+    hedge: re.Pattern[str]
+    leading: re.Pattern[str]
+
+
+@functools.cache
+def _read_back_words(language: str) -> _ReadBackWords:
+    """The language pack's words (``lang/``) as the shapes of an answer to a read-back."""
+    pack = pack_or_default(language)
+    acts, phrases = pack.acts, pack.phrases
+    yes, polite, fillers = phrases(acts.yes), phrases(acts.polite), phrases(acts.fillers)
+    space = r"\s+" if pack.word_boundaries else r"\s*"
+    return _ReadBackWords(
+        plain_yes=re.compile(rf"^(?:(?:{fillers}),?{space})?(?:{yes})(?:[\s,.!]+(?:{yes}|{polite}))*[\s.!]*$",
+                             re.I),
+        plain_no=re.compile(rf"^(?:{phrases(acts.no)})(?:[\s,.!]+(?:{phrases(acts.no_tail)}))*[\s.!]*$",
+                            re.I),
+        hedge=re.compile(rf"^(?:(?:{phrases(acts.hedge, drawn_out=True)})[\s,.!?]*)+$", re.I),
+        leading=re.compile("^" + pack.word(f"{yes}|{phrases(acts.leading_no)}"), re.I),
+    )
 
 
 def _clean(text: str) -> str:
     return " ".join(text.replace("’", "'").split()).strip()
 
 
-def answer_to_read_back(text: str) -> Answer:
+def answer_to_read_back(text: str, language: str = "en") -> Answer:
     """What the caller's words are as an answer to "…. Shall I go ahead?"."""
     text = _clean(text)
     if not text:
         return Answer.UNSURE
     if "?" in text:  # "okay?", "yes at nine?": a question is never a yes
         return Answer.CHANGE if len(text.split()) > 3 else Answer.UNSURE
-    if _PLAIN_YES.match(text):
+    words = _read_back_words(language)
+    if words.plain_yes.match(text):
         return Answer.YES
-    if _PLAIN_NO.match(text):
+    if words.plain_no.match(text):
         return Answer.NO
-    if _HEDGE.match(text):
+    if words.hedge.match(text):
         return Answer.UNSURE
-    if _LEADING_YES.match(text) or _LEADING_NO.match(text):
+    if words.leading.match(text):
         return Answer.CHANGE
     return Answer.OTHER
 
 
-def is_plain_yes(text: str) -> bool:
-    return answer_to_read_back(text) is Answer.YES
+def is_plain_yes(text: str, language: str = "en") -> bool:
+    return answer_to_read_back(text, language) is Answer.YES
 
 
 def confirm_sentence(sentences: Sentences, action: PendingAction, again: bool = False) -> str:

@@ -8,23 +8,34 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
+from voicebot.brain.lang import pack_or_default
 from voicebot.brain.read.confirm import Answer, answer_to_read_back
 from voicebot.brain.read.values import digits
 
-_HANDOFF = re.compile(
-    r"\b(?:human|real person|a person|someone real|an agent|live agent|representative|operator|"
-    r"manager|staff member)\b|(?:talk|speak) to (?:someone|somebody)|"
-    r"상담원|직원|사람(?:이랑|하고|과|와|한테)|사람 바꿔|연결해", re.I)
-_CLARIFY = re.compile(
-    r"\b(?:sorry,? i didn't (?:catch|understand|get)|i didn't (?:catch|understand|get) that|"
-    r"could you (?:repeat|say that again|rephrase)|i'm not sure what you mean|pardon)\b", re.I)
+
+@functools.cache
+def _person(language: str) -> re.Pattern[str]:
+    pack = pack_or_default(language)
+    return re.compile(pack.word(pack.phrases(pack.acts.person)), re.I)
 
 
-def asks_for_human(text: str) -> bool:
-    return bool(_HANDOFF.search(text))
+@functools.cache
+def _question_or_request(language: str) -> re.Pattern[str]:
+    """A question or a request to the bot, never a short answer inside a task; the short
+    requests to be someone else ("Pretend you're my girlfriend.") are among the pack's
+    ``requests`` too."""
+    pack = pack_or_default(language)
+    asked = pack.questions
+    starts = pack.phrases(asked.request_starts)
+    return re.compile(rf"\?|^{pack.word(starts)}|{pack.word(pack.phrases(asked.requests))}", re.I)
+
+
+def asks_for_human(text: str, language: str = "en") -> bool:
+    return bool(_person(language).search(text))
 
 
 def handoff_summary(state: Any, reason: str) -> str:
@@ -45,22 +56,12 @@ def handoff_summary(state: Any, reason: str) -> str:
     return " ".join(parts)
 
 
-_QUESTION_OR_REQUEST = re.compile(
-    r"\?|^(?:what|why|how|who|where|when|which|can|could|would|will|do|does|is|are|tell|write|explain|"
-    r"give|show|help|let's|please)\b|\b(?:tell me|write|explain|give me|show me|help me|solve|translate|"
-    r"draft|what|why|how|who)\b"
-    # Short requests to be someone or something else ("Pretend you're my girlfriend."): four
-    # words, but no answer to the bot's question.
-    r"|\b(?:pretend|imagine|role-?play|act as|sing|summari[sz]e|"
-    r"(?:ignore|forget) (?:your|all|the|previous|every))\b", re.I)
-
-
-def is_dialogue_act(text: str) -> bool:
+def is_dialogue_act(text: str, language: str = "en") -> bool:
     """A short answer inside a task: yes, no, a correction, a number, a name, a date or time.
     Such words are never screened as off-topic; a question or a request still is."""
     words = text.split()
-    if not words or len(words) > 12 or _QUESTION_OR_REQUEST.search(text.strip()):
+    if not words or len(words) > 12 or _question_or_request(language).search(text.strip()):
         return False
-    if answer_to_read_back(text) is not Answer.OTHER or len(words) <= 5:
+    if answer_to_read_back(text, language) is not Answer.OTHER or len(words) <= 5:
         return True
     return bool(re.search(r"\d", digits(text)))  # a value: "we are three people, not two"

@@ -17,6 +17,7 @@ Nothing the model writes is spoken or run: code validates every value.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -28,6 +29,7 @@ import numpy as np
 
 from voicebot.brain.business.tasks import FieldSpec, TaskSpec
 from voicebot.brain.decide.state import SessionState
+from voicebot.brain.lang import pack_or_default
 from voicebot.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from voicebot.brain.metrics import LLM_CALL_SECONDS, LLM_TOKENS
 from voicebot.brain.read.codes import code_pieces, parse_code
@@ -47,9 +49,6 @@ from voicebot.common.telemetry import tracer
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 QUESTION, OTHER = "question", "other"
-_QUESTION = re.compile(
-    r"\?\s*$|^(?:what|what's|whats|why|how|who|where|when|which|is|are|do|does|can|could|will|would|"
-    r"should|tell me|i'd like to know|i want to know|i was wondering)\b", re.I)
 _PARTY = re.compile(r"\b(?:for|party of|we are|we're|there are|there will be|table for)\s+(\d{1,3})\b|"
                     r"\b(\d{1,3})\s+(?:people|persons|guests|of us|adults)\b", re.I)
 _NAME_SAID = re.compile(r"\b(?i:my name is|my name's|name is|the name is|under the name|it's under|"
@@ -75,8 +74,17 @@ class Reading:
     same: bool = False  # "the same (car, name, again...)": values of the call's earlier task
 
 
-def is_question(text: str) -> bool:
-    return bool(_QUESTION.search(text.strip()))
+def is_question(text: str, language: str = "en") -> bool:
+    return bool(_question(language).search(text.strip()))
+
+
+@functools.cache
+def _question(language: str) -> re.Pattern[str]:
+    """Asked as a question: a question mark at the end, or the language pack's question words."""
+    pack = pack_or_default(language)
+    asked = pack.questions
+    starts, anywhere = pack.word(pack.phrases(asked.starts)), pack.word(pack.phrases(asked.anywhere))
+    return re.compile(rf"\?\s*$|^{starts}|{anywhere}", re.I)
 
 
 class IntentPicker:

@@ -166,14 +166,14 @@ class Agent(SessionRuntime):
         await self.carry_out(turn, [decision], facts, passed, events)
 
     async def _read_and_decide(self, turn: TurnRun, facts: TurnFacts) -> tuple[Reading, Decision]:
-        state, text = turn.state, turn.request.text
+        state, text, language = turn.state, turn.request.text, self.language_of(turn)
         if turn.finished is not None and state.pending is None and state.form is None:
             trial, reading = await self.turn_reader.read_against(state, turn.finished, text,
-                                                                 turn.before_model)
+                                                                 turn.before_model, language)
             changed = self.conversation.change_to_finished(state, trial, reading, facts)
             if changed is not None:
                 return reading, changed
-        reading = await self.turn_reader.read(state, text, turn.before_model)
+        reading = await self.turn_reader.read(state, text, turn.before_model, language)
         return reading, self.conversation.decide(state, reading, facts)
 
     async def carry_out(self, turn: TurnRun, decisions: list[Decision], facts: TurnFacts,

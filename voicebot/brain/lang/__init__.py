@@ -1,0 +1,127 @@
+"""Language packs: every word the brain recognises by itself, one YAML file per language.
+
+Code keeps the logic (what a plain yes is, what starts a question); the words are data
+(``en.yaml``, ``ko.yaml``), loaded by language code and validated when first used: a pack
+with a missing or unknown key fails naming the file and the key. A new language is a new
+pack and its tests, no code (docs/languages.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PACKS_DIR = Path(__file__).resolve().parent
+
+
+class LanguageError(ValueError):
+    """A language without a pack, or a pack that does not validate."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Acts(_Strict):
+    yes: list[str] = Field(min_length=1)  # a plain yes to a read-back
+    polite: list[str] = []  # words that may follow a yes without changing it
+    fillers: list[str] = []  # sounds before a yes ("oh, yes")
+    no: list[str] = Field(min_length=1)  # a bare no
+    no_tail: list[str] = []  # words that may follow a no without changing it
+    hedge: list[str] = []  # neither yes nor no: the read-back is said again
+    leading_no: list[str] = []  # a no that starts longer words: a change
+    person: list[str] = Field(min_length=1)  # asks for a person
+    greeting: list[str] = []
+    thanks: list[str] = []
+    thanks_lead: list[str] = []  # "okay, thanks"
+    no_more: list[str] = []  # "no, I'll call back"
+
+
+class Questions(_Strict):
+    starts: list[str] = []  # words that start a question
+    anywhere: list[str] = []  # words anywhere that make a question
+    about_business: list[str] = []  # a question about the business starts so ...
+    about_caller: list[str] = []  # ... unless the words name the caller's own
+    request_starts: list[str] = []  # a request to the bot starts so
+    requests: list[str] = []  # or holds these
+
+
+class Same(_Strict):
+    word: str  # "same"
+    articles: list[str] = []  # "the" same
+    ends: list[str] = []  # words after `word` that end what it names ("the same for Friday")
+    not_nouns: list[str] = []  # words after `word` that name no field
+    phrases: list[str] = []  # "as before"
+
+
+class Names(_Strict):
+    leads: list[str] = []  # words that introduce a name
+    not_names: list[str] = []  # capitalised words that are never a name
+
+
+class LanguagePack(_Strict):
+    language: str
+    name: str
+    # False: phrases match inside words (Korean particles attach to the word before them).
+    word_boundaries: bool = True
+    acts: Acts
+    questions: Questions = Questions()
+    same: Same
+    names: Names = Names()
+
+    def phrases(self, words: list[str], drawn_out: bool = False) -> str:
+        """A regex alternation of phrases, longest first; between a phrase's words a comma or
+        spaces (or nothing, where the language's words need no space between them). ``drawn_out``:
+        a sound's last letter may repeat ("hmmm", "umm")."""
+        ordered = sorted({w.strip().lower() for w in words if w.strip()}, key=len, reverse=True)
+        between = r",?\s+" if self.word_boundaries else r",?\s*"
+
+        def one(phrase: str) -> str:
+            pattern = between.join(re.escape(part) for part in phrase.split())
+            return f"{pattern}{re.escape(phrase[-1])}*" if drawn_out else pattern
+
+        return "|".join(one(phrase) for phrase in ordered) or r"(?!x)x"  # no phrases: matches nothing
+
+    def word(self, alternation: str) -> str:
+        """An alternation as whole words, where the language has word boundaries."""
+        return rf"\b(?:{alternation})\b" if self.word_boundaries else f"(?:{alternation})"
+
+
+@functools.cache
+def language_pack(code: str) -> LanguagePack:
+    """The pack for a language code ("en", "ko"; a region such as "en-GB" falls back to "en")."""
+    base = (code or "en").lower().split("-")[0].split("_")[0]
+    path = PACKS_DIR / f"{base}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PACKS_DIR.glob("*.yaml")))
+        raise LanguageError(f"no language pack for {code!r} (packs: {known})")
+    return load_pack(path)
+
+
+def load_pack(path: Path) -> LanguagePack:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return LanguagePack.model_validate(raw)
+    except yaml.YAMLError as exc:
+        raise LanguageError(f"language pack {path}: not YAML ({exc})") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise LanguageError(f"language pack {path}: {problems}") from None
+
+
+def english() -> LanguagePack:
+    """The default language's pack (a session that names none)."""
+    return language_pack("en")
+
+
+def pack_or_default(code: str) -> LanguagePack:
+    """The session's pack; a language without one is read as the default (the gateway refuses
+    such a session's language at its start, so this is a last resort, never an error mid-call)."""
+    try:
+        return language_pack(code or "en")
+    except LanguageError:
+        return english()
