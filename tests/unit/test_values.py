@@ -49,8 +49,8 @@ def test_a_party_size_is_no_time(words):
 
 
 @pytest.mark.parametrize(("words", "number"), [
-    ("four", 4), ("we are 4", 4), ("a party of six", 6), ("just me", 1), ("Four people.", 4),
-    ("two people at seven", 2), ("two or three", None),
+    ("four", 4), ("we are 4", 4), ("a party of six", 6), ("Four people.", 4), ("two or three", None),
+    ("two people at seven", None),  # two numbers: which one is the field's is the field's to say
 ])
 def test_numbers_in_words(words, number):
     assert parse_integer(words) == number
@@ -83,9 +83,8 @@ def test_a_choice_is_named_by_another_form_of_its_words(words, choice):
 @pytest.mark.parametrize(("kind", "words", "current", "changed"), [
     ("time", "Could you make it a little later, please?", "19:00", "19:30"),
     ("time", "an hour earlier", "19:00", "18:00"), ("time", "push it back by an hour", "19:00", "20:00"),
-    ("time", "I'll call back later", "19:00", None), ("integer", "one more person is coming", 2, 3),
-    ("integer", "my partner is joining us too", 2, 3), ("integer", "two more people", 2, 4),
-    ("integer", "one less", 3, 2), ("date", "the day after", "2030-01-11", "2030-01-12"),
+    ("time", "I'll call back later", "19:00", None), ("date", "the day after", "2030-01-11", "2030-01-12"),
+    ("integer", "one more person is coming", 2, None),  # a number field's changes are its own
 ])
 def test_a_change_relative_to_what_was_read_back(kind, words, current, changed):
     assert relative_change(kind, words, current) == changed

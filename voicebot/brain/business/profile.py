@@ -185,6 +185,21 @@ class FieldSettings(_Strict):
     # For a time: the hours it usually falls in ("HH:MM" pair), so "at seven" reads 19:00 there.
     between: tuple[str, str] | None = None
     spoken: str | None = None  # how a value reads back ("{value:time}"); default by type
+    # What a number field's number means in the caller's words (docs/add-a-business.md, "Number
+    # fields"); none of it is built in, so a garage's mileage never reads "for four" as its value.
+    counts: list[str] = Field(default_factory=list)  # said after the number: "people", "of us"
+    said_as: list[str] = Field(default_factory=list)  # with {n}: "table for {n}", "party of {n}"
+    words_for: dict[int, list[str]] = Field(default_factory=dict)  # 1: ["just me"], 2: ["a couple"]
+    more: list[str] = Field(default_factory=list)  # one more: "is joining us"
+    fewer: list[str] = Field(default_factory=list)  # one fewer: "can't come"
+
+    @field_validator("said_as")
+    @classmethod
+    def _has_n(cls, phrases: list[str]) -> list[str]:
+        for phrase in phrases:
+            if "{n}" not in phrase:
+                raise ValueError(f"said_as: {phrase!r} has no {{n}} for the number")
+        return phrases
 
 
 class FindSettings(_Strict):

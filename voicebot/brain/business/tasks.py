@@ -18,12 +18,13 @@ offered to the caller.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from voicebot.brain.act.tools import ToolKind, ToolRegistry, ToolSpec
 from voicebot.brain.business.profile import FieldSettings, FindSettings, Profile, TaskSettings
 from voicebot.brain.business.references import IDEMPOTENCY_KEY
+from voicebot.brain.read.numbers import NumberWords, number_words
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class FieldSpec:
     spoken: str = ""
     description: str = ""
     pattern: str = ""  # the schema's pattern for a code ("^[A-Z]{2} ?[0-9]{4}$")
+    # A name field: the business's own words ("table", "reservation"), never a caller's name.
+    not_names: frozenset[str] = frozenset()
+    numbers: NumberWords | None = None  # what a number field's number means in words (profile)
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,17 @@ def build_tasks(profile: Profile, registry: ToolRegistry) -> dict[str, TaskSpec]
         settings = profile.tasks.get(spec.name)
         if spec.kind is ToolKind.WRITE or settings is not None:
             tasks[spec.name] = _task(spec, settings or TaskSettings(), specs, profile)
-    return tasks
+    return _with_business_words(tasks)
+
+
+def _with_business_words(tasks: dict[str, TaskSpec]) -> dict[str, TaskSpec]:
+    """Name fields learn the business's own words (its tasks' titles and names: "book a table",
+    "cancel_reservation"), so "A table, please." is never read as a name."""
+    said = " ".join(f"{task.title} {task.name}".replace("_", " ").lower() for task in tasks.values())
+    words = frozenset(re.findall(r"[^\W\d_]{4,}", said))
+    return {name: replace(task, fields=tuple(replace(f, not_names=words) if f.type == "name" else f
+                                             for f in task.fields))
+            for name, task in tasks.items()}
 
 
 def _task(spec: ToolSpec, settings: TaskSettings, specs: dict[str, ToolSpec], profile: Profile) -> TaskSpec:
@@ -215,7 +229,8 @@ def _field(name: str, prop: dict[str, Any], extra: FieldSettings, required: bool
     return FieldSpec(name=name, type=kind, ask=ask, required=extra.required if extra.required is not None
                      else required, choices=choices, between=extra.between, spoken=extra.spoken or "",
                      description=str(prop.get("description", "")),
-                     pattern=str(prop.get("pattern", "")) if not listed else "")
+                     pattern=str(prop.get("pattern", "")) if not listed else "",
+                     numbers=number_words(extra) if kind in ("integer", "number") else None)
 
 
 def _kind(name: str, prop: dict[str, Any], choices: tuple[str, ...], profile: Profile) -> str:

@@ -33,6 +33,7 @@ from voicebot.brain.decide.options import items_of, pick_option, same_value
 from voicebot.brain.decide.state import FormState, Option, PendingAction, SessionState
 from voicebot.brain.decide.tool_errors import classify
 from voicebot.brain.read.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
+from voicebot.brain.read.numbers import said_number
 from voicebot.brain.read.values import normalise
 from voicebot.brain.speak.readback import default_action, join_words, render, sentence, spoken_value
 
@@ -120,7 +121,11 @@ class Forms:
             return parse_code(str(raw), item.pattern) if raw is not None else None
         if item.type in ("text", "name") and isinstance(raw, str):
             raw = strip_lead(raw)  # "The plate is MN 7310." -> "MN 7310": only the value
-        return normalise(item.type, raw, today=self.today(), between=item.between, choices=item.choices)
+        if item.type in ("integer", "number") and isinstance(raw, str):
+            said = said_number(raw, item.numbers)  # the model copied "just me"
+            raw = said if said is not None else raw
+        return normalise(item.type, raw, today=self.today(), between=item.between, choices=item.choices,
+                         not_names=item.not_names)
 
     def _reference(self, item: FieldSpec, raw: Any, state: SessionState) -> str | None:
         """A reference the conversation issued (R1), or the code the caller read out."""

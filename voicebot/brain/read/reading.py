@@ -34,6 +34,7 @@ from voicebot.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from voicebot.brain.metrics import LLM_CALL_SECONDS, LLM_TOKENS
 from voicebot.brain.read.codes import code_pieces, parse_code
 from voicebot.brain.read.confirm import Answer, answer_to_read_back
+from voicebot.brain.read.numbers import number_change, said_number, without_numbers
 from voicebot.brain.read.sentence_encoder import SentenceEncoder
 from voicebot.brain.read.values import (
     digits,
@@ -49,8 +50,6 @@ from voicebot.common.telemetry import tracer
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 QUESTION, OTHER = "question", "other"
-_PARTY = re.compile(r"\b(?:for|party of|we are|we're|there are|there will be|table for)\s+(\d{1,3})\b|"
-                    r"\b(\d{1,3})\s+(?:people|persons|guests|of us|adults)\b", re.I)
 _NAME_SAID = re.compile(r"\b(?i:my name is|my name's|name is|the name is|under the name|it's under|"
                         r"book it under|under|this is|i'm|i am|for|it's for)"
                         r"\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
@@ -139,14 +138,22 @@ def rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
     takes a bare answer ("seven", "four", "Jordan Blake", or any words for a text field). A
     value already given may change relative to itself ("a little later", "one more person")."""
     found: dict[str, Any] = {}
+    counted = [item.numbers for item in fields if item.numbers is not None]
     for item in fields:
         bare = item.name == asking
-        value = _rule_value(item, text, bare, today)
+        words = without_numbers(text, counted) if item.type == "time" and counted else text
+        value = _rule_value(item, words, bare, today)
         if value is None and current and current.get(item.name) is not None:
-            value = relative_change(item.type, text, current[item.name])
+            value = _changed(item, text, current[item.name])
         if value is not None:
             found[item.name] = value
     return found
+
+
+def _changed(item: FieldSpec, text: str, current: Any) -> Any:
+    if item.type in ("integer", "number"):
+        return number_change(text, item.numbers, current) if isinstance(current, int) else None
+    return relative_change(item.type, text, current)
 
 
 def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
@@ -158,15 +165,15 @@ def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
     if item.type == "time":
         return text if parse_time(text, item.between) is not None else None
     if item.type in ("integer", "number"):
-        if bare and parse_integer(text) is not None:
-            return text
-        party = _PARTY.search(digits(text))
-        return (party[1] or party[2]) if party else None
+        said = said_number(text, item.numbers)  # "a table for four", "just me": the field's own words
+        if said is not None:
+            return said
+        return text if bare and parse_integer(text) is not None else None
     if item.type == "name":
-        if bare and parse_name(text) is not None:
+        if bare and parse_name(text, item.not_names) is not None:
             return text
         said = _NAME_SAID.search(text)
-        return said[1] if said and parse_name(said[1]) else None
+        return said[1] if said and parse_name(said[1], item.not_names) else None
     if item.type == "code" and bare:
         return text if parse_code(text, item.pattern) is not None else None
     if item.type in ("text", "reference") and bare and _free_answer(text):

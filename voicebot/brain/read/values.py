@@ -112,8 +112,9 @@ _TIME = re.compile(
 _HALF_PAST = re.compile(r"\bhalf\s+past\s+(\d{1,2})\b")
 _QUARTER = re.compile(r"\bquarter\s+(past|to)\s+(\d{1,2})\b")
 _NOON = re.compile(r"\b(noon|midday|midnight)\b")
-_NOT_TIMES = re.compile(r"\b(\d{1,2})\s+(?:people|persons|guests|of us|adults|kids|children|"
-                        r"minutes|hours|days|weeks)\b")
+# Durations are no clock times; a number field's counted words ("4 people") are taken out before
+# a time is read (``numbers.without_numbers``).
+_NOT_TIMES = re.compile(r"\b(\d{1,2})\s+(?:minutes|hours|days|weeks)\b")
 
 
 def parse_time(text: str, between: Sequence[str] | None = None) -> str | None:
@@ -181,15 +182,10 @@ def to_minutes(clock: str) -> int:
 
 # ---- numbers, names, choices -----------------------------------------------------
 def parse_integer(text: str) -> int | None:
-    """The number in the words: "four", "we are 4", "a party of six". "just me" is 1."""
+    """The one number in the words: "four", "we are 4", "about 30 thousand" (what a field's number
+    means in other words, "just me", is the field's own: ``numbers.py``)."""
     words = digits(text.lower())
-    if re.search(r"\b(?:just me|only me|myself|alone|on my own|by myself)\b", words):
-        return 1
-    if re.search(r"\b(?:a couple|the two of us|me and my (?:wife|husband|partner|friend))\b", words):
-        return 2
-    if party := re.search(r"\b(\d{1,3})\s+(?:people|persons|guests|of us|adults|kids|children)\b", words):
-        return int(party[1])
-    found = re.findall(r"(?<![\d:])\d{1,4}(?![\d:])", words)
+    found = re.findall(r"(?<![\d:])\d{1,7}(?![\d:])", words)
     return int(found[0]) if len(found) == 1 else None
 
 
@@ -198,20 +194,23 @@ _NAME_LEAD = re.compile(
     r"the name is|name is|the name's|this is|i'm|i am|under|call me|put it under|under the name|"
     r"book it under|for)\s+)+", re.I)
 _NOT_A_NAME = re.compile(
-    r"\b(?:table|book|reserv|appointment|tomorrow|today|people|pm|am|o'clock|what|when|how|why|where|"
+    r"\b(?:book|reserv|appointment|tomorrow|today|pm|am|o'clock|what|when|how|why|where|"
     r"yes|no|cancel|change|don't|do not|sorry|please|help|looking|calling|just|not|here|good|fine|"
     r"hoping|trying|wondering|interested|afraid|sure|okay|ok|well|great|thanks|thank|then|instead|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|tonight|morning|evening|noon)\b|\d|\?",
     re.I)
 
 
-def parse_name(text: str) -> str | None:
+def parse_name(text: str, not_names: frozenset[str] = frozenset()) -> str | None:
     """A person's name from an answer to "under what name?": "It's Jordan Blake." -> "Jordan
-    Blake". At most four words, no digits, nothing that reads as a request or a question."""
+    Blake". At most four words, no digits, nothing that reads as a request or a question, and
+    none of ``not_names`` (the business's own words: "A table, please.")."""
     name = _NAME_LEAD.sub("", text.strip()).strip(" .,!")
     name = re.sub(r"\s*,?\s*(?:please|thanks|thank you)$", "", name, flags=re.I).strip(" .,!")
     words = name.split()
     if not 1 <= len(words) <= 4 or _NOT_A_NAME.search(name):
+        return None
+    if any(w.lower().strip(".,!?'") in not_names for w in words):
         return None
     return " ".join(w[:1].upper() + w[1:] for w in words)
 
@@ -247,7 +246,7 @@ def plain_text(text: str, limit: int = 200) -> str | None:
 
 
 def normalise(kind: str, text: Any, *, today: dt.date, between: Sequence[str] | None = None,
-              choices: Sequence[str] = ()) -> Any:
+              choices: Sequence[str] = (), not_names: frozenset[str] = frozenset()) -> Any:
     """The value of ``kind`` in ``text`` (a caller's words or the model's copy of them), or None."""
     if text is None:
         return None
@@ -266,7 +265,7 @@ def normalise(kind: str, text: Any, *, today: dt.date, between: Sequence[str] | 
     if kind in ("integer", "number"):
         return parse_integer(text)
     if kind == "name":
-        return parse_name(text)
+        return parse_name(text, not_names)
     return plain_text(text)
 
 
@@ -275,30 +274,20 @@ _LATER = re.compile(r"\b(?:(an?|one|two|half an?)\s+hours?\s+|(\d{1,3})\s+minute
                     r"(?:bit\s+)?|slightly\s+)?(later|earlier)\b")
 _PUSH = re.compile(r"\b(?:(push|put|move)\s+(?:it|that|the\s+\w+)?\s*back|(bring|move)\s+(?:it|that|"
                    r"the\s+\w+)?\s*forward)\b")
-_MORE = re.compile(r"\b(?:(\d{1,2}|an?)\s+)?(?:more|extra|additional)\s+(?:person|people|guests?)\b|"
-                   r"\banother\s+(?:person|guest)\b|\b(?:is|'s|are)\s+(?:also\s+)?(?:joining|coming)\b")
-_FEWER = re.compile(r"\b(\d{1,2}|one)\s+(?:less|fewer)\b|\b(\d{1,2}|one)\s+(?:person|people|guests?)\s+"
-                    r"(?:less|fewer)\b|\b(?:can't|cannot|won't)\s+(?:come|make it)\b")
 _DAY_AFTER = re.compile(r"\b(?:the\s+(?:day|night)\s+after|the\s+next\s+day|a\s+day\s+later)\b")
 _DAY_BEFORE = re.compile(r"\b(?:the\s+(?:day|night)\s+before|a\s+day\s+earlier)\b")
 
 
 def relative_change(kind: str, text: str, current: Any) -> Any:
     """A value relative to the one read back: "a little later" (+30 min), "an hour earlier",
-    "one more person" (+1), "the day after" (+1 day). None when the words say no such change."""
+    "the day after" (+1 day); a number field's change is its own (``numbers.number_change``). None
+    when the words say no such change."""
     words = digits(text.lower().replace("’", "'"))
     if kind == "time" and isinstance(current, str) and re.fullmatch(r"\d{2}:\d{2}", current):
         minutes = _shift_minutes(words)
         if minutes is not None and 0 <= to_minutes(current) + minutes < 24 * 60:
             total = to_minutes(current) + minutes
             return f"{total // 60:02d}:{total % 60:02d}"
-    if kind in ("integer", "number") and isinstance(current, int):
-        if more := _MORE.search(words):
-            count = more[1]
-            return current + (int(count) if count and count.isdigit() else 1)
-        if fewer := _FEWER.search(words):
-            count = fewer[1] or fewer[2]
-            return max(1, current - (int(count) if count and count.isdigit() else 1))
     if kind == "date" and isinstance(current, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", current):
         step = 1 if _DAY_AFTER.search(words) else -1 if _DAY_BEFORE.search(words) else 0
         if step:
