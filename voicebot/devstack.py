@@ -504,9 +504,10 @@ def speech_env(profile: str) -> dict[str, str]:
 
 
 def page_env(profile: str | None) -> dict[str, str]:
-    """The business the gateway's browser page names: the brain's profile's name and purpose
-    (GATEWAY_AGENT_NAME and GATEWAY_AGENT_PURPOSE in the environment win). Read from the file
-    as it is: the variables the profile uses may be in the brain's environment only."""
+    """The business as the gateway knows it: the profile's name and purpose for the browser
+    page, and its languages (GATEWAY_AGENT_NAME, GATEWAY_AGENT_PURPOSE and GATEWAY_LANGUAGES in
+    the environment win). Read from the file as it is: the variables the profile uses may be in
+    the brain's environment only."""
     if not profile:
         return {}
     import yaml
@@ -519,8 +520,10 @@ def page_env(profile: str | None) -> dict[str, str]:
         return {}  # the brain says what is wrong with it
     raw = raw if isinstance(raw, dict) else {}
     fields = {key: str(raw.get(key) or Profile.model_fields[key].default) for key in ("name", "purpose")}
+    languages = raw.get("languages") if isinstance(raw.get("languages"), list) else ["en"]
     return {"GATEWAY_AGENT_NAME": os.environ.get("GATEWAY_AGENT_NAME", fields["name"]),
-            "GATEWAY_AGENT_PURPOSE": os.environ.get("GATEWAY_AGENT_PURPOSE", fields["purpose"])}
+            "GATEWAY_AGENT_PURPOSE": os.environ.get("GATEWAY_AGENT_PURPOSE", fields["purpose"]),
+            "GATEWAY_LANGUAGES": os.environ.get("GATEWAY_LANGUAGES", ",".join(str(c) for c in languages))}
 
 
 def start_speech(stack: Stack, ports: dict[str, int] | None = None,

@@ -97,6 +97,18 @@ async def test_bad_messages_get_errors_and_the_session_goes_on(services, scripte
         assert (await next_event(ws))["type"] == "reply.delta"
 
 
+async def test_an_unspoken_language_is_an_error_and_the_call_goes_on(services, scripted_llm):
+    async with await connect(services) as ws:
+        await ws.send(json.dumps({"type": "session.start", "language": "fr",
+                                  "audio": {"encoding": "pcm16", "sample_rate": 16000}}))
+        assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "session.started"
+        error = await next_event(ws)
+        assert error["code"] == "unsupported_language"
+        assert "'fr'" in error["message"] and "goes on in 'en'" in error["message"]
+        await ws.send(json.dumps({"type": "input.text", "text": "still there?"}))
+        assert (await next_event(ws))["type"] == "reply.delta"
+
+
 async def test_bad_token_is_closed_with_4401(services):
     ws = await connect(services, token="wrong")
     with pytest.raises(websockets.ConnectionClosed) as closed:

@@ -220,6 +220,13 @@ def test_an_error_in_the_turn_fails_its_response_and_speaks_the_openai_error_typ
     assert json.loads(limited)["error"]["type"] == "rate_limit_error"
 
 
+def test_a_language_the_business_does_not_speak_is_openais_invalid_value_on_the_language():
+    [error] = codec().encode(Error("unsupported_language", "language 'fr' is not one this business speaks"))
+    body = json.loads(error)["error"]
+    assert (body["type"], body["code"]) == ("invalid_request_error", "invalid_value")
+    assert body["param"] == "session.audio.input.transcription.language"
+
+
 def test_audio_goes_in_the_sessions_output_format():
     c = codec()
     c.decode_text(json.dumps({"type": "session.update", "session": {"output_audio_format": "g711_ulaw"}}))

@@ -26,7 +26,7 @@ STAGES = ("endpoint", "stt", "llm_ttft", "first_clause", "tts_ttfa", "voice_to_v
 
 async def call(url: str, token: str, wav: str | None = None, text: str | None = None,
                fast: bool = False, timeout: float = 120.0, progress=None,
-               session_id: str | None = None, output: str = "audio") -> CallResult:
+               session_id: str | None = None, output: str = "audio", language: str = "en") -> CallResult:
     import websockets
 
     say = progress or (lambda _msg: None)
@@ -35,7 +35,7 @@ async def call(url: str, token: str, wav: str | None = None, text: str | None = 
     async with websockets.connect(
         url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=2**22
     ) as ws:
-        await ws.send(json.dumps({"type": "session.start", "session_id": session_id, "language": "en",
+        await ws.send(json.dumps({"type": "session.start", "session_id": session_id, "language": language,
                                   "audio": {"encoding": "pcm16", "sample_rate": rate}, "output": output}))
         started = json.loads(await asyncio.wait_for(ws.recv(), 10))
         if started.get("type") != "session.started":
@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fast", action="store_true", help="send the audio at once, not in real time")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--session", help="resume this session (printed by an earlier call)")
+    p.add_argument("--language", default="en", help="the session's language: one the business speaks")
     p.add_argument("--protocol", choices=("v1", "realtime"), default="v1",
                    help="the gateway's own protocol (/v1/call) or the OpenAI Realtime API (/v1/realtime)")
     check = sub.add_parser("profile", help="work with a business's profile").add_subparsers(
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result = asyncio.run(call(args.url, args.token, args.wav, args.text, args.fast,
                                       args.timeout, progress, args.session,
-                                      "text" if text_only else "audio"))
+                                      "text" if text_only else "audio", args.language))
     except (TimeoutError, OSError) as exc:
         print(f"call failed: {exc!r} (is the stack running? `make run`)", file=sys.stderr)
         return 1

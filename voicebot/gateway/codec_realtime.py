@@ -58,7 +58,10 @@ ENCODERS = {"audio/pcmu": pcm16_to_ulaw, "audio/pcma": pcm16_to_alaw}
 # Our error codes as OpenAI error types.
 ERROR_TYPES = {"bad_request": "invalid_request_error", "payload_too_large": "invalid_request_error",
                "not_found": "invalid_request_error", "rate_limited": "rate_limit_error",
-               "too_many_sessions": "rate_limit_error", "idle_timeout": "invalid_request_error"}
+               "too_many_sessions": "rate_limit_error", "idle_timeout": "invalid_request_error",
+               "unsupported_language": "invalid_request_error"}
+# Our codes that are OpenAI's own under another name.
+ERROR_CODES = {"unsupported_language": "invalid_value"}
 # Silence that makes the endpointer close an open utterance: above STT_TURN_MAX_SILENCE_MS (1200),
 # the longest STT waits when its end-of-turn model says the caller has not finished.
 COMMIT_SILENCE_MS = 1500
@@ -246,7 +249,8 @@ class RealtimeCodec:
         if response is not None and ev.turn_id is not None and response.turn_id == ev.turn_id:
             response.failed = True  # a failure inside the turn: its response ends as failed
         kind = ERROR_TYPES.get(ev.code, "server_error")
-        return [_json(error_payload(kind, ev.code, ev.message, None, None))]
+        param = "session.audio.input.transcription.language" if ev.code == "unsupported_language" else None
+        return [_json(error_payload(kind, ERROR_CODES.get(ev.code, ev.code), ev.message, param, None))]
 
     def _audio(self, ev: AudioFrame) -> list[str | bytes]:
         encode = ENCODERS.get(self.output_format)

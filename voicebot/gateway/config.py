@@ -103,6 +103,13 @@ class GatewaySettings(BaseSettings):
     # A session from which nothing arrived (no message, no audio frame) for this long while no
     # reply plays is closed (error idle_timeout, close 4408). 0 = never.
     idle_timeout_s: float = 120.0
+    # The languages the business speaks (its profile's `languages`, comma-separated; make run
+    # passes them): a session asking for another gets an error and goes on in the first.
+    languages: str = "en"
+
+    @property
+    def language_codes(self) -> list[str]:
+        return [code.strip().lower() for code in self.languages.split(",") if code.strip()] or ["en"]
     # Warnings about bad client input (Twilio's, which has no error message) logged per second
     # across the process; the rest are counted (voicebot_gateway_log_lines_dropped_total) only.
     bad_message_logs_per_s: float = 5.0

@@ -21,6 +21,7 @@ import asyncio
 import enum
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from redis.exceptions import OutOfMemoryError, RedisError
@@ -166,11 +167,14 @@ class Conversation:
     async def _configure(self, config: Configure) -> None:
         """New formats or language: a new input rate or language needs a new STT stream."""
         assert self.session is not None
-        if (config.input_rate, config.language) != (self.session.sample_rate, self.session.language):
-            self.session = SessionStart(self.session_id, config.language, config.input_rate)
+        language = self._spoken(config.language)
+        if language != config.language:
+            await self._unsupported(config.language, language)
+        if (config.input_rate, language) != (self.session.sample_rate, self.session.language):
+            self.session = SessionStart(self.session_id, language, config.input_rate)
             await self.speech.restart()
             if self.fallback is not None:
-                self.fallback.warm(config.language)
+                self.fallback.warm(language)
         self.output_rate, self.text_only = config.output_rate, config.text_only
 
     async def _commit(self, silence_ms: int) -> Outcome:
@@ -231,11 +235,26 @@ class Conversation:
         if self.session is not None:
             raise ProtocolError("bad_request", "session already started")
         session_id = await self._open_session(start.session_id)
-        self.session, self.session_id = start, session_id
+        language = self._spoken(start.language)
+        self.session, self.session_id = replace(start, language=language), session_id
         self.text_only = start.output == "text"
         if self.fallback is not None and not self.text_only:
-            self.fallback.warm(start.language)
+            self.fallback.warm(language)
         await self.emit(SessionStarted(session_id, self.output_rate, start.output))
+        if language != start.language:
+            await self._unsupported(start.language, language)
+
+    def _spoken(self, asked: str) -> str:
+        """The session's language: the one asked for where the business speaks it (a region such
+        as "en-GB" is its language's), otherwise the business's first."""
+        languages = self.settings.language_codes
+        return asked if asked.lower().replace("_", "-").split("-")[0] in languages else languages[0]
+
+    async def _unsupported(self, asked: str, language: str) -> None:
+        spoken = ", ".join(self.settings.language_codes)
+        await self.send_error("unsupported_language", f"language {asked!r} is not one this business speaks "
+                                                      f"({spoken}); the session goes on in {language!r}",
+                              in_turn=False)
 
     async def _open_session(self, session_id: str | None) -> str:
         """A new session's id, or the resumed one's. The store full (Redis at maxmemory refuses

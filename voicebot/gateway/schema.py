@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 SCHEMA_PATH = Path(__file__).with_name("protocol-v1.schema.json")
 ErrorCode = Literal["bad_request", "unauthorized", "not_found", "rate_limited", "payload_too_large",
-                    "upstream_unavailable", "overloaded", "too_many_sessions", "idle_timeout", "internal"]
+                    "upstream_unavailable", "overloaded", "too_many_sessions", "idle_timeout",
+                    "unsupported_language", "internal"]
 
 
 class Message(BaseModel):
