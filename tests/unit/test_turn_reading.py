@@ -74,3 +74,11 @@ async def test_a_request_for_a_person_is_read_without_anything_else():
     turns, model = reader({})
     reading = await turns.read(waiting(), "Can I talk to a real person?")
     assert reading.for_person and model.asked == []
+
+
+def test_a_value_is_the_callers_words_in_any_script():
+    from voicebot.brain.read.reading import said_in
+
+    assert said_in("김민수", "김민수로 예약해 주세요")  # a particle attached to the name
+    assert not said_in("박지성", "김민수로 예약해 주세요")
+    assert said_in("Jordan Blake", "it's jordan blake") and not said_in("John Doe", "it's Jordan")

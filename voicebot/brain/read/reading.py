@@ -264,10 +264,12 @@ _FILLER = frozenset("a an the my our it is it's for with at on in of to please".
 
 def said_in(value: Any, text: str) -> bool:
     """The model only copies: each word of its value is one the caller said (numbers compared as
-    digits, "two" as "2"). A value the caller never said is the model's invention, never used."""
-    heard = set(re.findall(r"[a-z0-9]+", digits(text.lower())))
-    words = [w for w in re.findall(r"[a-z0-9]+", digits(str(value).lower())) if w not in _FILLER]
-    return bool(words) and all(w in heard for w in words)
+    digits, "two" as "2"; in any script). A value the caller never said is the model's invention,
+    never used. A word outside ASCII may carry a particle in the words ("김민수로" holds "김민수")."""
+    heard = set(re.findall(r"[^\W_]+", digits(text.lower())))
+    words = [w for w in re.findall(r"[^\W_]+", digits(str(value).lower())) if w not in _FILLER]
+    return bool(words) and all(w in heard or (not w.isascii() and any(h.startswith(w) for h in heard))
+                               for w in words)
 
 
 def code_said_in(value: Any, text: str) -> bool:
