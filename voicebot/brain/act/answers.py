@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 _CLAIM = re.compile(
     r"\b(?:i(?:'ve| have)|we(?:'ve| have)|it(?:'s| is| has been)|you(?:'re| are)|that(?:'s| is)|"
-    r"(?:your|the) (?:table|booking|reservation|appointment|visit|order|service))\s+"
+    r"your \w+|the (?:booking|reservation|appointment|visit|order|service))\s+"
     r"(?:\w+\s+){0,2}(?:booked|reserved|confirmed|cancell?ed|scheduled|made|placed|changed|moved|"
     r"all set|done)\b"
     r"|\b(?:i(?:'ll| will)|we(?:'ll| will)|let me)\s+(?:\w+\s+){0,1}(?:book|reserve|cancel|schedule|"
