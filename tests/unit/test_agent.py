@@ -309,7 +309,7 @@ async def test_the_words_so_far_start_the_knowledge_search(brain):
     make, _, _, _ = brain
     agent = make()
     encoder = agent.reader.picker.encoder
-    await agent._prime_words(request("Where can I park?"))
+    await agent.dialogue.prime_words(request("Where can I park?"))
     await asyncio.sleep(0.2)
     before = len(encoder.calls)
     said = spoken(await run(agent, request("Where can I park?")))

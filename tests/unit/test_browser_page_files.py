@@ -36,7 +36,10 @@ def test_the_gateway_serves_the_page_and_its_script_and_style():
 def test_make_run_names_the_profiles_business(monkeypatch):
     monkeypatch.delenv("GATEWAY_AGENT_NAME", raising=False)
     monkeypatch.setenv("GATEWAY_AGENT_PURPOSE", "set by hand")
+    monkeypatch.delenv("GATEWAY_LANGUAGES", raising=False)
     env = page_env(str(STACK_PROFILE))
-    assert env == {"GATEWAY_AGENT_NAME": "Joe", "GATEWAY_AGENT_PURPOSE": "set by hand"}
+    assert env == {"GATEWAY_AGENT_NAME": "Joe", "GATEWAY_AGENT_PURPOSE": "set by hand",
+                   "GATEWAY_LANGUAGES": "en"}
     assert page_env("salon")["GATEWAY_AGENT_NAME"] == "Lumi"  # a shipped profile, by its name
+    assert page_env("restaurant")["GATEWAY_LANGUAGES"] == "en,ko"  # the languages it speaks
     assert page_env(None) == {} and page_env("/nowhere/profile.yaml") == {}

@@ -1,7 +1,7 @@
 """The closed set of decisions code makes in a turn.
 
 ``Conversation.decide`` (and the form's ``Forms.next_step``) return exactly one of these for a
-reading; the runtime carries each out in one place (``runtime/agent.py``, ``carry_out``), the
+reading; the runtime carries each out in one place (``runtime/dialogue.py``, ``carry_out``), the
 way Rasa CALM's commands are applied by one processor. Only ``Run`` runs an action, and only
 ``decide`` makes a ``Run``: after a plain yes to the read-back the caller heard in full.
 """

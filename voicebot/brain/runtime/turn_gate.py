@@ -47,12 +47,12 @@ class TurnGate:
     urgent: UrgentScreen | None
     profile: Any
 
-    def language_of(self, turn: TurnRun) -> str:
-        """The turn's language: the session's, where the profile names it; else the profile's
+    def language_of(self, asked: str) -> str:
+        """A turn's language: the session's, where the profile names it; else the profile's
         first (the gateway refuses a session's language the profile does not name)."""
-        asked = (turn.request.language or "").lower().replace("_", "-").split("-")[0]
+        code = (asked or "").lower().replace("_", "-").split("-")[0]
         languages = self.profile.languages
-        return asked if asked in languages else languages[0]
+        return code if code in languages else languages[0]
 
     async def _store_blocked(self, turn: TurnRun) -> None:
         """Nothing the blocked turn made is stored, and its state changes are dropped; but the
@@ -71,7 +71,7 @@ class TurnGate:
         """Short dialogue acts (yes, no, a number, a name, a change with a value) are never
         screened: the model never speaks, so such words cannot steer it anywhere, and a bare "No."
         is never off-topic, in a task or not (a blocked "No." told the caller off)."""
-        return is_dialogue_act(turn.request.text, self.language_of(turn))
+        return is_dialogue_act(turn.request.text, turn.language)
 
     async def _merge(self, turn: TurnRun, main: asyncio.Task, guard: asyncio.Task | None,
                      passed: asyncio.Event, events: asyncio.Queue) -> AsyncIterator[brain_pb2.RespondEvent]:

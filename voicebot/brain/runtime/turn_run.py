@@ -24,6 +24,7 @@ class TurnRun:
     request: brain_pb2.RespondRequest
     history: SessionHistory
     started: float
+    language: str = "en"  # the turn's language: the session's where the profile speaks it
     spoken: list[str] = field(default_factory=list)
     fallback: bool = False
     first_text_at: float | None = None

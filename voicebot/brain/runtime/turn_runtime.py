@@ -1,4 +1,4 @@
-"""The session runtime of a turn, apart from the dialogue (``agent.py``): what makes one turn
+"""The session runtime of a turn, apart from the dialogue (``dialogue.py``): what makes one turn
 safe to run next to others, whatever the dialogue decides.
 
 Per turn:
@@ -23,8 +23,9 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
@@ -47,21 +48,31 @@ log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 
 
-class SessionRuntime(TurnGate):
-    """The runtime of every turn of a session; the dialogue (``Agent``) supplies ``_main`` and the
-    attributes named here."""
+class Dialogue(Protocol):
+    """What the runtime needs of a dialogue (``dialogue.py``): a turn's work, and the caller's
+    words so far while they still speak."""
 
-    settings: BrainSettings
-    store: SessionStore
-    sentences: Any
-    guard: TopicGuard | None
-    urgent: UrgentScreen | None
-    clock: Callable[[], float]
-    words_prefill: WordsPrefill
-    _background: set[asyncio.Task]
+    async def run(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None: ...
+
+    async def prime_words(self, request: brain_pb2.RespondRequest) -> None: ...
+
+
+class SessionRuntime(TurnGate):
+    """The runtime of every turn of a session, around a dialogue whose inside it does not know
+    (as LiveKit's ``AgentSession`` runs an ``Agent``)."""
+
+    def __init__(self, dialogue: Dialogue, settings: BrainSettings, store: SessionStore, profile: Any,
+                 guard: TopicGuard | None = None, urgent: UrgentScreen | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.dialogue = dialogue
+        self.settings, self.store, self.profile = settings, store, profile
+        self.sentences = profile.sentences
+        self.guard, self.urgent, self.clock = guard, urgent, clock
+        self.words_prefill = WordsPrefill(dialogue.prime_words, settings.prefill_on_words_max)
+        self._background: set[asyncio.Task] = set()
 
     async def _main(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
-        raise NotImplementedError  # the dialogue's work: events onto ``events``, then _END
+        await self.dialogue.run(turn, passed, events)
 
     def read_ahead(self, user_id: str, session_id: str) -> ReadAhead:
         """The session read now, for a turn that will start on the same call (``respond``'s
@@ -118,7 +129,7 @@ class SessionRuntime(TurnGate):
         history.state.start_turn()
         turn = TurnRun(request, history, self.clock(), record={
             "turn_id": request.turn_id, "text": request.text, "llm_calls": [], "tools": []},
-            lease=lease)
+            lease=lease, language=self.language_of(request.language))
         self._compose(turn)
         events: asyncio.Queue = asyncio.Queue()
         passed = asyncio.Event()
