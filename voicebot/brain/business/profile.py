@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from voicebot.brain.business.errors import ProfileError
 from voicebot.brain.business.knowledge import KnowledgeSettings, load_passages
-from voicebot.brain.lang import LanguageError, language_pack
+from voicebot.brain.business.translations import Translation, check_languages, in_language, packed
 
 __all__ = ["ProfileError"]  # raised here, defined in errors.py; importers may take it from either
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ class Sentences(_Strict):
     # A question the business's knowledge does not answer: never a guess.
     unknown_fact: str = "Sorry, I don't have that information."
     can_help: str = "I can help you {tasks}."  # what the bot can do, after an unknown fact
+    hello: str = "Hello, this is {name}."  # the answer to a caller's hello, before can_help
     ask_again: str = "Sorry, I didn't catch that. {question}"
     # The wished value is not possible: what the business's tool offers instead.
     alternatives: str = "Sorry, nothing is free {wanted}. I can offer {options}. Which would you like?"
@@ -298,6 +299,8 @@ class Profile(_Strict):
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     urgent: UrgentSettings = Field(default_factory=UrgentSettings)
+    # The business's texts in its other languages (translations.py, docs/languages.md).
+    translations: dict[str, Translation] = Field(default_factory=dict)
     # Where the profile file is: knowledge files are read relative to it.
     base_dir: str = ""
 
@@ -306,17 +309,19 @@ class Profile(_Strict):
     def _unique_names(cls, servers: list[McpServer]) -> list[McpServer]:
         return _unique_by_name(servers, "server")
 
+    @model_validator(mode="after")
+    def _speaks_its_languages(self) -> Profile:
+        check_languages(self)
+        return self
+
+    def in_language(self, language: str) -> Profile:
+        """The business with ``language``'s texts (``translations.py``)."""
+        return in_language(self, language)
+
     @field_validator("languages")
     @classmethod
     def _packed(cls, languages: list[str]) -> list[str]:
-        """Every language the business names has the brain's words for it (``lang/``)."""
-        codes = [code.lower() for code in languages]
-        for code in codes:
-            try:
-                language_pack(code)
-            except LanguageError as exc:
-                raise ValueError(str(exc)) from None
-        return codes
+        return packed(languages)
 
 
 def _unique_by_name(items: list[Any], what: str) -> list[Any]:

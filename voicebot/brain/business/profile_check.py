@@ -50,6 +50,7 @@ _ENV_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 SENTENCE_PLACEHOLDERS: dict[str, frozenset[str]] = {
     "confirm": frozenset({"action"}), "confirm_again": frozenset({"action"}),
     "done": frozenset({"action"}), "refused": frozenset({"reason"}), "can_help": frozenset({"tasks"}),
+    "hello": frozenset({"name"}),
     "ask_again": frozenset({"question"}), "not_found": frozenset({"question"}),
     "alternatives": frozenset({"wanted", "options"}), "nothing_free": frozenset({"wanted"}),
     "field_again": frozenset({"field", "question"}),

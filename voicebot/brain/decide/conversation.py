@@ -199,7 +199,7 @@ class Conversation:
         return form is not None and bool(self.forms.tasks[form.task].finders)
 
     def greeting(self) -> str:
-        return f"Hello, this is {self.profile.name}. " + self.can_help()
+        return f"{self.sentences.hello.format(name=self.profile.name)} {self.can_help()}"
 
     def can_help(self) -> str:
         """What the bot can do: the profile's sentence, naming its tasks where it has ``{tasks}``."""

@@ -72,6 +72,9 @@ class LanguagePack(_Strict):
     questions: Questions = Questions()
     same: Same
     names: Names = Names()
+    # The brain's own sentences in this language, where a business's profile does not write its
+    # own (the keys of ``sentences`` in docs/add-a-business.md; English is the profile's default).
+    sentences: dict[str, str] = {}
 
     def phrases(self, words: list[str], drawn_out: bool = False) -> str:
         """A regex alternation of phrases, longest first; between a phrase's words a comma or

@@ -40,16 +40,17 @@ class Agent(SessionRuntime):
         today: Callable[[], datetime.date] = datetime.date.today,
     ) -> None:
         profile = profile or Profile()
-        dialogue = Dialogue(settings, chat, store, profile, tools, clock, sleep, side_chat, knowledge,
-                            encoder, today)
-        urgent = urgent_screen(profile, encoder, dialogue.side_chat, settings.urgent_timeout_s)
-        super().__init__(dialogue, settings, store, profile, guard, urgent, clock)
-        self.dialogue: Dialogue = dialogue
+        dialogues = {language: Dialogue(settings, chat, store, profile.in_language(language), tools, clock,
+                                        sleep, side_chat, knowledge, encoder, today)
+                     for language in profile.languages}
+        self.dialogue: Dialogue = dialogues[profile.languages[0]]
+        urgent = urgent_screen(profile, encoder, self.dialogue.side_chat, settings.urgent_timeout_s)
+        super().__init__(dialogues, settings, store, profile, guard, urgent, clock)
 
     async def warm_up(self) -> None:
         """The prompts' fixed starts prefilled once at start (the reading's, then the guard's),
         so the first caller does not pay a cold prefill."""
-        await self.dialogue.warm_up()
+        await self.dialogue.warm_up()  # one prompt for every language: the reading's is the same
         if self.guard is not None:
             await Dialogue.warm("the guard's prompt", self.guard.warm)
 

@@ -47,6 +47,9 @@ class TurnGate:
     urgent: UrgentScreen | None
     profile: Any
 
+    def sentences_in(self, language: str) -> Any:
+        raise NotImplementedError  # the session runtime's: the business's sentences in a language
+
     def language_of(self, asked: str) -> str:
         """A turn's language: the session's, where the profile names it; else the profile's
         first (the gateway refuses a session's language the profile does not name)."""
@@ -58,7 +61,7 @@ class TurnGate:
         """Nothing the blocked turn made is stored, and its state changes are dropped; but the
         exchange itself is, so a read-back before it no longer counts as "just heard"."""
         request = turn.request
-        said = Turn(request.turn_id, request.text, self.sentences.blocked)
+        said = Turn(request.turn_id, request.text, self.sentences_in(turn.language).blocked)
         try:
             await self.store.update(request.user_id, request.session_id, lambda h: h.turns.append(said),
                                     lease=turn.lease, release=True)
@@ -184,9 +187,9 @@ class TurnGate:
         GUARD_BLOCKS.inc()
         log.info("turn blocked by the topic guard", extra={"turn_id": turn.request.turn_id,
                                                            "reason": verdict.reason})
-        turn.record["reply"] = self.sentences.blocked
+        blocked = turn.record["reply"] = self.sentences_in(turn.language).blocked
         return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, blocked=brain_pb2.Blocked(
-            text=self.sentences.blocked, reason="off_topic"))
+            text=blocked, reason="off_topic"))
 
 
 def _with_queued(first: Any, queue: asyncio.Queue) -> list[Any]:

@@ -61,18 +61,29 @@ class SessionRuntime(TurnGate):
     """The runtime of every turn of a session, around a dialogue whose inside it does not know
     (as LiveKit's ``AgentSession`` runs an ``Agent``)."""
 
-    def __init__(self, dialogue: Dialogue, settings: BrainSettings, store: SessionStore, profile: Any,
-                 guard: TopicGuard | None = None, urgent: UrgentScreen | None = None,
+    def __init__(self, dialogues: dict[str, Dialogue], settings: BrainSettings, store: SessionStore,
+                 profile: Any, guard: TopicGuard | None = None, urgent: UrgentScreen | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.dialogue = dialogue
+        # One dialogue per language the business speaks, the first language's first.
+        self.dialogues = dialogues
         self.settings, self.store, self.profile = settings, store, profile
         self.sentences = profile.sentences
         self.guard, self.urgent, self.clock = guard, urgent, clock
-        self.words_prefill = WordsPrefill(dialogue.prime_words, settings.prefill_on_words_max)
+        self.words_prefill = WordsPrefill(self._prime_words, settings.prefill_on_words_max)
         self._background: set[asyncio.Task] = set()
 
+    def dialogue_in(self, language: str) -> Dialogue:
+        return self.dialogues.get(language) or next(iter(self.dialogues.values()))
+
+    def sentences_in(self, language: str) -> Any:
+        """The business's sentences in a turn's language."""
+        return getattr(self.dialogue_in(language), "sentences", self.sentences)
+
     async def _main(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
-        await self.dialogue.run(turn, passed, events)
+        await self.dialogue_in(turn.language).run(turn, passed, events)
+
+    async def _prime_words(self, request: brain_pb2.RespondRequest) -> None:
+        await self.dialogue_in(self.language_of(request.language)).prime_words(request)
 
     def read_ahead(self, user_id: str, session_id: str) -> ReadAhead:
         """The session read now, for a turn that will start on the same call (``respond``'s
@@ -104,7 +115,7 @@ class SessionRuntime(TurnGate):
         decided on a state that is about to change; the caller is asked to wait."""
         log.warning("session busy past the wait; asking the caller to hold on",
                     extra={"turn_id": request.turn_id, "wait_s": self.settings.session_wait_s})
-        text = self.sentences.still_working
+        text = self.sentences_in(self.language_of(request.language)).still_working
         yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(text=text))
         yield brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
             text=text, dialog_state="listen", fallback=True))
@@ -121,10 +132,10 @@ class SessionRuntime(TurnGate):
             # caller hears the fallback now rather than silence while Redis retries.
             REDIS_ERRORS.labels("brain").inc()
             log.error("session history unavailable; speaking the fallback", extra={"error": repr(exc)})
-            yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(
-                text=self.sentences.fallback))
+            fallback = self.sentences_in(self.language_of(request.language)).fallback
+            yield brain_pb2.RespondEvent(turn_id=request.turn_id, delta=brain_pb2.TextDelta(text=fallback))
             yield brain_pb2.RespondEvent(turn_id=request.turn_id, final=brain_pb2.Final(
-                text=self.sentences.fallback, dialog_state="listen", fallback=True))
+                text=fallback, dialog_state="listen", fallback=True))
             return
         history.state.start_turn()
         turn = TurnRun(request, history, self.clock(), record={
@@ -267,7 +278,8 @@ class SessionRuntime(TurnGate):
         if state.running is not None:
             action = state.running
             state.outcome_unknown(f"unknown outcome (not stored): {action.action}")
-            state.untold = Outcome(action_id=action.id, say=self.sentences.unknown_outcome, turn_id=turn_id)
+            said = self.sentences_in(turn.language).unknown_outcome
+            state.untold = Outcome(action_id=action.id, say=said, turn_id=turn_id)
         untold = state.untold
         if untold is None:
             return
@@ -295,7 +307,7 @@ class SessionRuntime(TurnGate):
         """The turn stored, with its record in the same Redis step; the final event, and whether
         the record was stored (not when the history's write failed: ``_store_record`` tries)."""
         request = turn.request
-        reply = turn.reply() or self.sentences.fallback
+        reply = turn.reply() or self.sentences_in(turn.language).fallback
         turn.record["reply"] = reply
         turn.record["dialog_state"] = turn.state.mode.value
         # Reached only when the turn completed: nothing half-finished is stored.
