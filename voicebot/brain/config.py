@@ -30,7 +30,7 @@ class BrainSettings(ServiceSettings):
     llm_first_token_timeout_s: float = 20.0
     llm_probe_after_s: float = 1.0
     llm_probe_timeout_s: float = 0.8
-    # "plain": plain-http LLM servers without a proxy through PlainHTTP (llm.py, less CPU per
+    # "plain": plain-http LLM servers without a proxy through PlainHTTP (llm/plain_http.py, less CPU per
     # request); "httpx": every request through httpx, to compare.
     llm_http: Literal["plain", "httpx"] = "plain"
     # The topic guard: a short parallel classification call. Its own server URL
