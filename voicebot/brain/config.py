@@ -68,6 +68,13 @@ class BrainSettings(ServiceSettings):
     # The longest a turn waits for the model's check of an urgent situation (profile ``urgent``);
     # then a turn nearer a situation than anything routine counts as urgent.
     urgent_timeout_s: float = 8.0
+    # Whether a passage the knowledge search found answers the question before it is spoken
+    # (act/answerable.py): "model" asks the model yes/no on the side slot; "off" speaks the best
+    # passage found. At most ``answer_check_passages`` passages are checked, best first, each
+    # within ``answer_check_timeout_s`` (then the passage is spoken, as with "off").
+    answer_check: Literal["model", "off"] = "model"
+    answer_check_passages: int = Field(2, ge=1, le=5)
+    answer_check_timeout_s: float = 4.0
     # The longest a turn waits for the model's reading of the caller's words (only words the rules
     # and embeddings cannot read go to the model); then the caller hears the fallback sentence.
     reading_timeout_s: float = 20.0
