@@ -128,7 +128,7 @@ async def main_async(args: argparse.Namespace) -> int:
         from voicebot import localllm
 
         stack = Stack(Path(tempfile.mkdtemp(prefix="bench-answerable-")), quiet=False)
-        llm = stack.start_llm(free_port(), threads=main_llm_threads())
+        llm = stack.start_llm(free_port(), threads=args.threads or main_llm_threads())
         client = OpenAIChatClient(f"http://127.0.0.1:{llm.ready['http']}/v1", "local", deadline_s=30,
                                   first_token_timeout_s=60, extra_body=localllm.side_request_fields())
         model = ModelAnswerCheck(client, timeout_s=args.timeout)
@@ -161,6 +161,8 @@ def main() -> None:
     parser.add_argument("--encoder-above", type=float, default=0.6,
                         help="the encoder candidate's cosine at or above which a passage answers")
     parser.add_argument("--timeout", type=float, default=30.0, help="the model check's timeout, s")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="the LLM server's threads (default: as make run; 1 on a machine others load)")
     parser.add_argument("--no-model", action="store_true", help="only the candidates without the LLM")
     args = parser.parse_args()
     args.profile = args.profile or list(PROFILES)

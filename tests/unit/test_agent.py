@@ -135,7 +135,7 @@ async def test_a_question_the_business_never_answered_gets_the_unknown_sentence_
 
 async def test_a_passage_the_model_says_does_not_answer_gets_the_unknown_sentence(brain):
     make, _, llm, _ = brain
-    llm.script = lambda b: '{"answers": "no"}' if is_answer_check(b) else reads_other(b)
+    llm.script = lambda b: '"no"' if is_answer_check(b) else reads_other(b)
     said = spoken(await run(make(), request("Where can I park my boat overnight?")))
     assert said == "Sorry, I don't know that. I can help you book a table."
     assert any(is_answer_check(body) for body in llm.requests)
@@ -143,7 +143,7 @@ async def test_a_passage_the_model_says_does_not_answer_gets_the_unknown_sentenc
 
 async def test_with_the_answer_check_off_the_nearest_passage_is_spoken_without_asking_the_model(brain):
     make, _, llm, _ = brain
-    llm.script = lambda b: '{"answers": "no"}' if is_answer_check(b) else reads_other(b)
+    llm.script = lambda b: '"no"' if is_answer_check(b) else reads_other(b)
     agent = make(answer_check="off")
     said = spoken(await run(agent, request("Where can I park my boat overnight?")))
     assert said == "Yes, free parking behind the building."

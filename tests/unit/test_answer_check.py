@@ -4,7 +4,6 @@ verdict lets the nearest passage be spoken, as without a check."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import pytest
@@ -110,17 +109,15 @@ async def model(scripted_llm):
     await client.aclose()
 
 
-@pytest.mark.parametrize(("reply", "verdict"), [('{"answers": "yes"}', True), ('{"answers": "no"}', False),
-                                                ('{"answers": "maybe"}', None), ("yes", None),
-                                                ('{"intent": "other"}', None)])
+@pytest.mark.parametrize(("reply", "verdict"), [('"yes"', True), ('"no"', False), ('"maybe"', None),
+                                                ("yes", None), ('{"answers": "yes"}', None)])
 async def test_the_model_says_yes_or_no_under_a_schema_and_anything_else_is_no_verdict(model, reply, verdict):
     check, llm = model
     llm.script = lambda body: reply
     assert (await check("Do you sell gift cards?", PAYMENT)).answers is verdict
     [body] = llm.requests
     assert is_answer_check(body) and body["temperature"] == 0.0
-    schema = body["response_format"]["json_schema"]["schema"]
-    assert schema["properties"]["answers"]["enum"] == ["yes", "no"]
+    assert body["response_format"]["json_schema"]["schema"] == {"type": "string", "enum": ["yes", "no"]}
     assert body["messages"][-1]["content"] == f"Question: Do you sell gift cards?\nPassage: {PAYMENT}"
 
 
@@ -129,6 +126,6 @@ async def test_a_model_that_is_down_or_too_slow_gives_no_verdict(model):
     llm.fail_next = 10  # 503 until the client's deadline
     assert (await check("Do you sell gift cards?", PAYMENT)).answers is None
     llm.fail_next = 0
-    llm.script = lambda body: {"content": json.dumps({"answers": "no"}), "delay_s": 3.0}
+    llm.script = lambda body: {"content": '"no"', "delay_s": 3.0}
     verdict = await check("Do you sell gift cards?", PAYMENT)
     assert verdict.answers is None and verdict.ms < 2900  # the timeout (1 s) cut it, not the reply

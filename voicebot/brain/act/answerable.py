@@ -3,7 +3,7 @@
 Retrieval finds the passage nearest the question, and a question the business never answered
 still has a nearest passage: true, in the business's words, and beside the point ("Do you sell
 gift cards?" -> the payment methods). Before a passage is spoken, the model is asked whether it
-states the answer, on the side slot (``side_chat``), constrained to ``{"answers": "yes"|"no"}``.
+states the answer, on the side slot (``side_chat``), constrained to ``"yes"`` or ``"no"``.
 A check that fails (timeout, an unreachable server, an unreadable reply) gives no verdict
 (``Verdict.answers is None``); what the caller then hears is ``answers.py``'s rule.
 """
@@ -32,8 +32,9 @@ SYSTEM = (
     "Question: How big is the shop? Passage: Orders of more than two cakes need a day's notice. -> no\n"
     "Question: Do you bake on Sundays? Passage: The bakery is closed on Sundays. -> yes"
 )
-SCHEMA = {"type": "object", "properties": {"answers": {"type": "string", "enum": ["yes", "no"]}},
-          "required": ["answers"], "additionalProperties": False}
+# A bare string, not an object: the reply is "yes" or "no" with its quotes, three or four tokens;
+# each token decoded is a visible share of the check's time on CPU cores.
+SCHEMA = {"type": "string", "enum": ["yes", "no"]}
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,12 @@ class ModelAnswerCheck:
         parts: list[str] = []
         try:
             async with asyncio.timeout(self.timeout_s):
-                async for chunk in self.chat(self.messages(question, passage), max_tokens=12,
+                async for chunk in self.chat(self.messages(question, passage), max_tokens=6,
                                              response_format={"type": "json_schema", "json_schema": {
                                                  "name": "answers", "schema": SCHEMA}}):
                     parts.append(chunk.text)
-            said = json.loads("".join(parts)).get("answers")
-        except (LLMUnavailable, LLMRequestError, ValueError, TimeoutError, AttributeError) as exc:
+            said = json.loads("".join(parts))
+        except (LLMUnavailable, LLMRequestError, ValueError, TimeoutError) as exc:
             log.warning("the answer check got no verdict", extra={"error": str(exc)[:200]})
             said = None
         ms = (time.perf_counter() - started) * 1000
