@@ -71,8 +71,11 @@ class BrainSettings(ServiceSettings):
     # Whether a passage the knowledge search found answers the question before it is spoken
     # (act/answerable.py): "model" asks the model yes/no on the side slot; "off" speaks the best
     # passage found. At most ``answer_check_passages`` passages are checked, best first, each
-    # within ``answer_check_timeout_s`` (then the passage is spoken, as with "off").
-    answer_check: Literal["model", "off"] = "model"
+    # within ``answer_check_timeout_s`` (then the passage is spoken, as with "off"). Off by
+    # default: the packaged 1.5B model tells an answering passage from one beside the point
+    # little better than chance (``make bench-answerable``) and costs a model call per passage;
+    # a larger model behind BRAIN_LLM_BASE_URL is what "model" is for.
+    answer_check: Literal["model", "off"] = "off"
     answer_check_passages: int = Field(2, ge=1, le=5)
     answer_check_timeout_s: float = 4.0
     # The longest a turn waits for the model's reading of the caller's words (only words the rules
