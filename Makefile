@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run check-profile test setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-guard bench-urgent bench-v2v bench-turns clean
+.PHONY: run check-profile test setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-guard bench-urgent bench-v2v bench-turns clean
 
 # make run needs the runtime only; make test (and the benchmarks) add the test tools.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -61,6 +61,10 @@ bench-dialog: setup-dev
 ## and questions it does not answer given the unknown-fact sentence (never a guess).
 bench-knowledge: setup-dev
 	$(PY) -m bench.knowledge $(ARGS)
+
+## Whether a passage answers the question: the candidate checks side by side on labelled pairs.
+bench-answerable: setup-dev
+	$(PY) -m bench.answerable $(ARGS)
 
 ## The topic guard's block rates on tests/guard_corpora with the real model.
 bench-guard: setup-dev

@@ -128,3 +128,8 @@ def _sse(obj: dict[str, Any]) -> str:
 
 def last_user_text(body: dict[str, Any]) -> str:
     return next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+
+
+def is_answer_check(body: dict[str, Any]) -> bool:
+    """The brain's answer check (act/answerable.py): yes/no under the ``answers`` schema."""
+    return ((body.get("response_format") or {}).get("json_schema") or {}).get("name") == "answers"

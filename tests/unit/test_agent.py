@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from tests.fakes.encoders import BagOfWordsEncoder
 from tests.fakes.engines import FakeSentenceEncoder
-from tests.fakes.fake_llm import is_guard
+from tests.fakes.fake_llm import is_answer_check, is_guard
 from voicebot.brain.act.answers import claims_outcome, shares_words
 from voicebot.brain.act.tools import FunctionTool, ToolKind, ToolRegistry, ToolSpec
 from voicebot.brain.business.knowledge import Prefetcher, QdrantKnowledge, load_passages
@@ -76,8 +76,9 @@ async def brain(redis_url, scripted_llm):
         profile.knowledge, load_passages(profile.knowledge, Path(".")), encoder))
     scripted_llm.script = reads_other
 
-    def make(guard=False, clock=None):
-        settings = BrainSettings(llm_base_url=scripted_llm.base_url, llm_deadline_s=0.5)
+    def make(guard=False, clock=None, answer_check="model"):
+        settings = BrainSettings(llm_base_url=scripted_llm.base_url, llm_deadline_s=0.5,
+                                 answer_check=answer_check)
         chat = OpenAIChatClient(settings.llm_base_url, "m", deadline_s=0.5)
         clients.append(chat)
         kwargs = {"clock": clock} if clock else {}
@@ -130,6 +131,23 @@ async def test_a_question_the_business_never_answered_gets_the_unknown_sentence_
     llm.script = lambda b: "ALLOW" if is_guard(b) else "The corkage fee is five dollars."
     said = spoken(await run(make(), request("What is your corkage fee?")))
     assert said == "Sorry, I don't know that. I can help you book a table."
+
+
+async def test_a_passage_the_model_says_does_not_answer_gets_the_unknown_sentence(brain):
+    make, _, llm, _ = brain
+    llm.script = lambda b: '"no"' if is_answer_check(b) else reads_other(b)
+    said = spoken(await run(make(), request("Where can I park my boat overnight?")))
+    assert said == "Sorry, I don't know that. I can help you book a table."
+    assert any(is_answer_check(body) for body in llm.requests)
+
+
+async def test_with_the_answer_check_off_the_nearest_passage_is_spoken_without_asking_the_model(brain):
+    make, _, llm, _ = brain
+    llm.script = lambda b: '"no"' if is_answer_check(b) else reads_other(b)
+    agent = make(answer_check="off")
+    said = spoken(await run(agent, request("Where can I park my boat overnight?")))
+    assert said == "Yes, free parking behind the building."
+    assert not any(is_answer_check(body) for body in llm.requests)
 
 
 async def test_knowledge_that_claims_an_outcome_is_never_spoken(brain):

@@ -30,7 +30,7 @@ class BrainSettings(ServiceSettings):
     llm_first_token_timeout_s: float = 20.0
     llm_probe_after_s: float = 1.0
     llm_probe_timeout_s: float = 0.8
-    # "plain": plain-http LLM servers without a proxy through PlainHTTP (llm.py, less CPU per
+    # "plain": plain-http LLM servers without a proxy through PlainHTTP (llm/plain_http.py, less CPU per
     # request); "httpx": every request through httpx, to compare.
     llm_http: Literal["plain", "httpx"] = "plain"
     # The topic guard: a short parallel classification call. Its own server URL
@@ -68,6 +68,16 @@ class BrainSettings(ServiceSettings):
     # The longest a turn waits for the model's check of an urgent situation (profile ``urgent``);
     # then a turn nearer a situation than anything routine counts as urgent.
     urgent_timeout_s: float = 8.0
+    # Whether a passage the knowledge search found answers the question before it is spoken
+    # (act/answerable.py): "model" asks the model yes/no on the side slot; "off" speaks the best
+    # passage found. At most ``answer_check_passages`` passages are checked, best first, each
+    # within ``answer_check_timeout_s`` (then the passage is spoken, as with "off"). Off by
+    # default: the packaged 1.5B model tells an answering passage from one beside the point
+    # little better than chance (``make bench-answerable``) and costs a model call per passage;
+    # a larger model behind BRAIN_LLM_BASE_URL is what "model" is for.
+    answer_check: Literal["model", "off"] = "off"
+    answer_check_passages: int = Field(2, ge=1, le=5)
+    answer_check_timeout_s: float = 4.0
     # The longest a turn waits for the model's reading of the caller's words (only words the rules
     # and embeddings cannot read go to the model); then the caller hears the fallback sentence.
     reading_timeout_s: float = 20.0

@@ -23,6 +23,9 @@ READINGS = Counter("voicebot_readings_total", "Turns read, by what read them", [
 KNOWLEDGE_ANSWERS = Counter("voicebot_knowledge_answers_total", "Questions answered", ["known"])
 # Searches started on the caller's words so far (Brain.Prefill), before the endpoint.
 KNOWLEDGE_PREFETCHES = Counter("voicebot_knowledge_prefetches_total", "Knowledge searches started early")
+# The answer check's verdicts on passages (answerable.py): "yes", "no", or "none" (it failed).
+ANSWER_CHECKS = Counter("voicebot_answer_checks_total", "Passages checked for answering the question",
+                        ["verdict"])
 HANDOFFS = Counter("voicebot_handoffs_total", "Calls handed to a human", ["reason"])
 # The urgent check (urgent.py): by "screen", "model" or "model-failed"; result urgent or not_urgent.
 URGENT_CHECKS = Counter("voicebot_urgent_checks_total", "Turns checked for urgent situations",

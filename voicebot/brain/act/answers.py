@@ -3,7 +3,13 @@
 A question is answered with the passage the knowledge index finds (``knowledge.py``):
 the business's own answer, read as written, cleaned for the ear. When nothing
 relevant is found, code says the profile's sentence for an unknown fact and
-what the bot can do: never a guess.
+what the bot can do: never a guess. With an answer check (``answerable.py``), a passage is
+spoken only when the check says it answers the question; the passages found are tried best
+first, at most ``check_passages`` of them, and when none answers the caller hears the unknown
+sentence. A check that gives no verdict (the model timed out or is down) lets the passage be
+spoken, as without a check: it is the business's own true words, the nearest to the question,
+and knowledge answers keep working while the model is away; at worst it is beside the point,
+never false.
 
 ``claims_outcome`` tells text that states or promises an action or its result
 ("I've booked", "is confirmed", "I'll cancel"): such text comes only from code's
@@ -19,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from voicebot.brain.act.answerable import AnswerCheck
 from voicebot.brain.act.tools import ReadTool
 from voicebot.brain.business.profile import Sentences
 from voicebot.brain.decide.options import items_of
-from voicebot.brain.metrics import KNOWLEDGE_PREFETCHES
+from voicebot.brain.metrics import ANSWER_CHECKS, KNOWLEDGE_PREFETCHES
 from voicebot.brain.speak.spoken import SpokenTextCleaner
 
 log = logging.getLogger(__name__)
@@ -106,8 +113,11 @@ class Answer:
 class Answers:
     def __init__(self, knowledge: KnowledgeSearch | None, sentences: Sentences,
                  can_help: Callable[[], str], tools: dict[str, str | None] | None = None,
-                 min_score: float = 0.0) -> None:
+                 min_score: float = 0.0, check: AnswerCheck | None = None,
+                 check_passages: int = 2) -> None:
         self.knowledge = knowledge
+        self.check = check  # None: the best passage found is spoken
+        self.check_passages = check_passages
         # Passages at or above this are relevant; below it (down to what the index returns) only
         # when they share the question's own words (``shares_words``).
         self.min_score = min_score
@@ -131,13 +141,32 @@ class Answers:
                 return Answer(for_the_ear(found, language), True, {"passages": 0, "tool": True})
         if not passages:
             return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False, {"passages": 0})
-        top = passages[0]
+        top, record = await self._answering(text, passages)
+        if top is None:
+            return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False, record)
         said = for_the_ear(top.text, language)
-        record = {"passages": len(passages), "score": round(float(top.score), 3), "kind": top.kind}
+        record.update({"passages": len(passages), "score": round(float(top.score), 3), "kind": top.kind})
         if claims_outcome(said):  # knowledge never claims that an action happened
             return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False,
                           {**record, "claim_replaced": True})
         return Answer(said, True, record)
+
+    async def _answering(self, question: str, passages: list[Any]) -> tuple[Any | None, dict[str, Any]]:
+        """The first passage, best first, that the check says answers the question (the best one
+        when there is no check, or the check gives no verdict), with what the check said."""
+        if self.check is None:
+            return passages[0], {}
+        verdicts: list[str] = []
+        ms = 0.0
+        for passage in passages[:self.check_passages]:
+            title = getattr(passage, "title", "")
+            verdict = await self.check(question, f"{title}: {passage.text}" if title else passage.text)
+            verdicts.append({None: "none", True: "yes", False: "no"}[verdict.answers])
+            ANSWER_CHECKS.labels(verdicts[-1]).inc()
+            ms += verdict.ms
+            if verdict.answers is not False:
+                return passage, {"check": verdicts, "check_ms": round(ms)}
+        return None, {"passages": len(passages), "check": verdicts, "check_ms": round(ms)}
 
     async def _from_tools(self, text: str, read: ReadTool) -> str:
         """What the business's knowledge tools return for the question, as plain sentences."""

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from voicebot.brain.act.actions import Actions, WriteOutcome
+from voicebot.brain.act.answerable import ModelAnswerCheck
 from voicebot.brain.act.answers import Answers, KnowledgeSearch
 from voicebot.brain.act.toolcalls import ToolCall, new_call_id
 from voicebot.brain.act.tools import Dispatcher, ToolContext, ToolKind, ToolRegistry, ToolResult
@@ -103,8 +104,11 @@ class Dialogue:
         picker = IntentPicker(encoder, intent_examples(self.profile, tasks)) if encoder else None
         self.reader = Reader(chat, tasks, f"{self.profile.name}, {self.profile.purpose}", picker,
                              settings.reading_timeout_s, settings.llm_model)
+        check = (ModelAnswerCheck(self.side_chat, settings.answer_check_timeout_s)
+                 if settings.answer_check == "model" else None)
         self.answers = Answers(knowledge, self.sentences, lambda: self.conversation.can_help(),
-                               knowledge_tools(self.profile, self.tools), self.profile.knowledge.min_score)
+                               knowledge_tools(self.profile, self.tools), self.profile.knowledge.min_score,
+                               check, settings.answer_check_passages)
         self.conversation = Conversation(self.profile, self.forms)
         self.turn_reader = TurnReader(self.reader, self.answers.best_score, self.sentences.anything_else,
                                       today)
