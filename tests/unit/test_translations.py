@@ -74,3 +74,11 @@ async def test_each_turn_is_answered_in_the_sessions_language(redis_url, scripte
     finally:
         await chat.aclose()
         await redis.aclose()
+
+
+def test_a_field_the_first_language_leaves_to_the_schema_can_be_asked_in_another():
+    profile = parse_profile({**KOREAN, "translations": {"ko": {"tasks": {"book": {"fields": {
+        "party": {"ask": "몇 분이세요?", "counts": ["명"]}}}}}}})
+    field = profile.in_language("ko").tasks["book"].fields["party"]
+    assert (field.ask, field.counts) == ("몇 분이세요?", ["명"])
+    assert "party" not in profile.tasks["book"].fields

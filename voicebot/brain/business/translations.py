@@ -10,7 +10,7 @@ finders and rules are the same in every language (docs/languages.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -110,7 +110,7 @@ def _task_in(settings: TaskSettings, text: TaskText | None) -> TaskSettings:
         return settings
     fields = dict(settings.fields)
     for name, field_text in text.fields.items():
-        base = fields.get(name) or _field_settings()()
+        base = fields.get(name) or _field_settings(settings)()
         fields[name] = base.model_copy(update=_set(field_text, _FIELD_TEXTS))
     return settings.model_copy(update={**_set(text, _TASK_TEXTS), "fields": fields})
 
@@ -119,7 +119,7 @@ def _set(text: BaseModel, keys: tuple[str, ...]) -> dict[str, Any]:
     return {key: getattr(text, key) for key in keys if getattr(text, key) is not None}
 
 
-def _field_settings() -> type:
-    from voicebot.brain.business.profile import FieldSettings
-
-    return FieldSettings
+def _field_settings(settings: TaskSettings) -> type:
+    """The profile's ``FieldSettings``, from the task's own field annotation (this module is
+    imported by the profile's, so it does not import it)."""
+    return get_args(type(settings).model_fields["fields"].annotation)[1]
