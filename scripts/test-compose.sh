@@ -107,7 +107,7 @@ step "building the images on $BASE_IMAGE (docker compose build)" \
   --profile cpu build redis llm stt brain tts gateway
 
 echo "==> a spoken turn through the stack (tests/deploy/test_compose_stack.py; its logs under ${VOICEBOT_TEST_LOGS:-/tmp/voicebot-test-logs}/compose)"
-VOICEBOT_TEST_COMPOSE=1 VOICEBOT_COMPOSE="$COMPOSE" "$VENV/bin/python" -m pytest -q -rs \
+VOICEBOT_TEST_COMPOSE=1 VOICEBOT_COMPOSE="$COMPOSE" "$VENV/bin/python" -m pytest -q -rs -rP \
   tests/deploy/test_compose_stack.py "$@" | tee -a "$LOG"
 # A skip is no pass: make test-compose exists to run the stack.
 grep -Eq '(^| )1 passed' <(tail -n 3 "$LOG") || { echo "the compose test did not pass" >&2; exit 1; }

@@ -3,7 +3,8 @@ the e2e test (the stack `make run` starts) and the compose test (`make test-comp
 
 A booking request spoken by the packaged piper voice goes through the CLI client a person uses
 (``voicebot call``) at real-time pace; the reply must be a transcript of the request, a spoken
-reply from the model (not the brain's fallback sentence), and a figure for every stage.
+reply that is not the fallback sentence the brain speaks when the model gives none, and a figure
+for every stage.
 """
 
 from __future__ import annotations
