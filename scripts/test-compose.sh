@@ -31,15 +31,17 @@ debian_install() {
 }
 
 start_docker() {
+  [ "$(id -u)" = 0 ] || { echo "no docker daemon answers: start it (or run this as root)" >&2; return 1; }
   command -v dockerd >/dev/null || debian_install docker.io
+  mkdir -p .run/logs
   if [ -d /run/systemd/system ]; then
     systemctl start docker
   else
-    # No systemd (a container, CI): the daemon itself, with no bridge network of its own (the
-    # stack uses the host's), its log and pid under .run/.
-    nohup dockerd --bridge=none --iptables=false >>.run/logs/dockerd.log 2>&1 &
-    echo $! >.run/dockerd.pid
-    echo "dockerd started (pid $!, log .run/logs/dockerd.log); it stays running"
+    # No systemd (a container, CI): the daemon itself, in a session of its own so that it outlives
+    # this script, with no bridge network of its own (the stack uses the host's).
+    setsid nohup dockerd --bridge=none --iptables=false >>.run/logs/dockerd.log 2>&1 </dev/null &
+    dockerd_pid=$!
+    echo "$dockerd_pid" >.run/dockerd.pid
   fi
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done
   echo "the docker daemon did not answer within 60 s (.run/logs/dockerd.log)" >&2
@@ -71,7 +73,9 @@ pip_setting() {
   "$VENV/bin/python" -m pip config list 2>/dev/null | sed -n "s/^[^.]*\.$1='\(.*\)'\$/\1/p" | tail -n 1
 }
 
+dockerd_pid=""
 docker info >/dev/null 2>&1 || step "starting the docker daemon" start_docker
+[ -z "$dockerd_pid" ] || echo "    dockerd (pid $dockerd_pid, log .run/logs/dockerd.log) stays running: kill $dockerd_pid stops it"
 if compose_is_new_enough docker compose; then
   COMPOSE="docker compose"
 elif compose_is_new_enough docker-compose; then

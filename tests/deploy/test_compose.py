@@ -130,7 +130,8 @@ def test_offline_redis_is_built_from_debians_packages_and_runs_the_same_script()
     assert redis["build"]["dockerfile"] == "docker/redis.Dockerfile"
     assert redis["build"]["args"] == ["BASE_IMAGE"]
     dockerfile = (ROOT / "docker" / "redis.Dockerfile").read_text()
-    assert "FROM ${BASE_IMAGE}" in dockerfile and "redis-server redis-tools" in dockerfile
+    assert "FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm}" in dockerfile
+    assert "redis-server redis-tools" in dockerfile
     assert "USER 999:1000" in dockerfile and Compose.load(VARIABLES).services["redis"]["user"] == "999:1000"
 
 
