@@ -360,6 +360,21 @@ def test_dockerfiles_match_the_services(svc):
         assert '"LLM_PORT", "8000"' in df["health"]
 
 
+def test_the_package_ships_every_file_the_services_read():
+    """The images install voicebot as a package, not from the source tree: a data file that
+    pyproject's package-data does not name (a language pack, the page) is missing there only."""
+    import fnmatch
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = [f"{package.replace('.', '/')}/{pattern}" for package, patterns in data.items()
+               for pattern in patterns]
+    files = [p.relative_to(ROOT).as_posix() for p in (ROOT / "voicebot").rglob("*")
+             if p.is_file() and p.suffix not in (".py", ".pyc")]
+    assert files, "voicebot/ has data files (the language packs, the page)"
+    assert [f for f in files if not any(fnmatch.fnmatch(f, pattern) for pattern in shipped)] == []
+
+
 def test_image_names_and_tags(rendered):
     compose = Compose.load(VARIABLES)
     built = {svc["image"]: svc["build"]["dockerfile"] for svc in compose.services.values() if "build" in svc}
