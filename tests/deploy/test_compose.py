@@ -3,6 +3,8 @@ complete, observability wired to the same dashboard as Kubernetes."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -108,3 +110,48 @@ def test_otel_collector_receives_what_the_services_send():
     for pipeline in config["service"]["pipelines"].values():
         assert set(pipeline["receivers"]) <= set(config["receivers"])
         assert set(pipeline["exporters"]) <= set(config["exporters"])
+
+
+def _overlay(name: str) -> dict:
+    """docker/NAME, an overlay compose merges over docker-compose.yml; its `!reset` (drop the
+    base file's value) reads as None."""
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!reset", lambda loader, node: None)
+    return yaml.load((ROOT / "docker" / name).read_text(), Loader=Loader)["services"]
+
+
+def test_offline_redis_is_built_from_debians_packages_and_runs_the_same_script():
+    """docker/compose.offline.yml builds Redis on BASE_IMAGE instead of pulling it, and leaves its
+    start script, environment and health check to docker-compose.yml (the same as Kubernetes')."""
+    redis = _overlay("compose.offline.yml")["redis"]
+    assert set(redis) == {"build", "image"}
+    assert redis["build"]["dockerfile"] == "docker/redis.Dockerfile"
+    assert redis["build"]["args"] == ["BASE_IMAGE"]
+    dockerfile = (ROOT / "docker" / "redis.Dockerfile").read_text()
+    assert "FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm}" in dockerfile
+    assert "redis-server redis-tools" in dockerfile
+    assert "USER 999:1000" in dockerfile and Compose.load(VARIABLES).services["redis"]["user"] == "999:1000"
+
+
+def test_the_host_network_overlay_keeps_the_stack_on_loopback():
+    """docker/compose.host.yml (make test-compose): every service the cpu profile starts is on the
+    host's network, listens on 127.0.0.1 only (Redis: its start script is Kubernetes', see
+    docs/operations.md), publishes nothing, and finds the others by the names the env files use."""
+    compose = Compose.load(VARIABLES)
+    host = _overlay("compose.host.yml")
+    started = {name for name, svc in compose.enabled(["cpu"]).items() if "build" in svc} | {"redis"}
+    assert set(host) == started
+    for name in started:
+        svc = host[name]
+        assert svc["network_mode"] == "host" and svc["build"] == {"network": "host"}, name
+        resolved = dict(entry.split(":", 1) for entry in svc["extra_hosts"])
+        for value in compose.env(name).values():
+            for other in re.findall(r"(?:^|//)([a-z][a-z-]*):\d+", value):
+                if other in started:
+                    assert resolved.get(other) == "127.0.0.1", f"{name} reaches {other} at {value}"
+        listens = {key: value for key, value in compose.env(name).items() if key.endswith("_HOST")}
+        for key in listens:
+            assert svc["environment"][key] == "127.0.0.1", f"{name}: {key}"
+    assert "ports" in host["gateway"] and host["gateway"]["ports"] is None  # !reset: nothing published

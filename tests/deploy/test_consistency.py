@@ -326,7 +326,9 @@ def _dockerignored(path: str) -> bool:
 def test_dockerfiles_match_the_services(svc):
     df = _dockerfile(ROOT / svc.dockerfile)
     assert len(df["stages"]) >= 2, "multi-stage: build tools stay out of the runtime image"
-    assert all("slim" in stage for stage in df["stages"])
+    # One base for every stage: the image BASE_IMAGE names (offline, the one made from Debian's
+    # packages: docker/base-image.sh), else the official slim Python image at a pinned tag.
+    assert all(stage.split()[1] == "${BASE_IMAGE:-python:3.11.11-slim-bookworm}" for stage in df["stages"])
     assert df["users"] and df["users"][-1] == "10001:10001", "runs as non-root"
     assert df["expose"] == set(svc.ports.values())
     assert svc.module in df["entry"]
@@ -356,6 +358,21 @@ def test_dockerfiles_match_the_services(svc):
     else:
         assert set(k for k in df["env"] if k.startswith("LLM_")) <= llm_vars()
         assert '"LLM_PORT", "8000"' in df["health"]
+
+
+def test_the_package_ships_every_file_the_services_read():
+    """The images install voicebot as a package, not from the source tree: a data file that
+    pyproject's package-data does not name (a language pack, the page) is missing there only."""
+    import fnmatch
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = [f"{package.replace('.', '/')}/{pattern}" for package, patterns in data.items()
+               for pattern in patterns]
+    files = [p.relative_to(ROOT).as_posix() for p in (ROOT / "voicebot").rglob("*")
+             if p.is_file() and p.suffix not in (".py", ".pyc")]
+    assert files, "voicebot/ has data files (the language packs, the page)"
+    assert [f for f in files if not any(fnmatch.fnmatch(f, pattern) for pattern in shipped)] == []
 
 
 def test_image_names_and_tags(rendered):

@@ -2,20 +2,16 @@
 
 Real Whisper base (STT), the real local LLM (llama.cpp serving the packaged
 Qwen2.5-Coder-1.5B GGUF), real piper (TTS), real redis-server; the audio goes
-through the same CLI client a person uses (``voicebot call``), at real-time pace.
+through the same CLI client a person uses (``voicebot call``), at real-time pace; the WAV and
+the checks are tests/e2e/spoken_turn.py's, which `make test-compose` gives the compose stack.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 
-from tests.audio import silence, speech
 from tests.conftest import LOG_ROOT, TOKENS
-from voicebot.common.audio import float_to_pcm16, read_wav, write_wav
+from tests.e2e.spoken_turn import assert_spoken_reply, write_booking_wav
 from voicebot.devstack import (
     Stack,
     start_brain_and_gateway,
@@ -24,7 +20,6 @@ from voicebot.devstack import (
 )
 
 pytestmark = pytest.mark.e2e
-SENTENCE = "I would like to book a table for two tomorrow at seven."
 
 
 @pytest.fixture(scope="module")
@@ -47,28 +42,8 @@ def real_llm_gateway(services):
 
 @pytest.fixture(scope="module")
 def booking_wav(tmp_path_factory):
-    audio = np.concatenate([silence(500), speech(SENTENCE), silence(300)])
-    path = tmp_path_factory.mktemp("audio") / "booking.wav"
-    write_wav(path, float_to_pcm16(audio), 16000)
-    return path
+    return write_booking_wav(tmp_path_factory.mktemp("audio") / "booking.wav")
 
 
 def test_spoken_booking_request_gets_a_spoken_reply(real_llm_gateway, booking_wav, tmp_path):
-    out = tmp_path / "reply.wav"
-    cli = subprocess.run(
-        [sys.executable, "-m", "voicebot.gateway.cli", "call", str(booking_wav), "--url", real_llm_gateway,
-         "--token", "tok-alice", "--out", str(out), "--timeout", "120"],
-        capture_output=True, text=True, timeout=180,
-    )
-    assert cli.returncode == 0, cli.stdout + cli.stderr
-    lines = dict(line.split(":", 1) for line in cli.stdout.splitlines()
-                 if line.startswith(("transcript", "reply:")))
-    transcript = lines["transcript"].lower()
-    assert "book" in transcript and "table" in transcript
-    assert lines["reply"].strip() not in ("", "-")
-    for stage in ("endpoint", "stt", "llm_ttft", "tts_ttfa", "voice_to_voice"):
-        row = next(line for line in cli.stdout.splitlines() if line.startswith(stage))
-        assert row.split()[-1].isdigit(), f"stage {stage} has no figure: {row}"
-    pcm, rate = read_wav(out)
-    assert len(pcm) / 2 / rate >= 0.5
-    print(cli.stdout)
+    print(assert_spoken_reply(real_llm_gateway, "tok-alice", booking_wav, tmp_path / "reply.wav"))
