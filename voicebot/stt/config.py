@@ -76,6 +76,9 @@ class SttSettings(ServiceSettings):
     # on generated voices the model is unsure of many complete questions (flat prosody), while
     # the pause's words already hold back a sentence that goes on (make bench-turns).
     turn_pause_ms: int = 256
+    # The silence the model hears after the last speech, whenever it is asked: its score rises
+    # with the silence, on a sentence cut at a thinking pause as on a finished one.
+    turn_model_tail_ms: int = Field(160, ge=0)
     turn_max_silence_ms: int = 1200
     # The wait depends on the words too: a pause whose decode reads as a finished sentence
     # ends after this much silence though the model is unsure (a generated or unfamiliar voice's
@@ -90,7 +93,10 @@ class SttSettings(ServiceSettings):
     # An utterance with less speech than this keeps min_silence_ms as its limit, so a noise
     # never stays open longer than without the model (the gateway's barge-in counts on it).
     turn_min_speech_ms: int = 400
-    turn_workers: int = 1  # concurrent model runs (one core each)
+    turn_workers: int = 1  # threads that run the model (one core each)
+    # Pauses waiting for the model at once; a pause that finds them all taken is judged by its
+    # words and the limits (voicebot_stt_turn_model_busy_total counts them).
+    turn_queue: int = Field(4, ge=1)
     # Streams one replica accepts; more get RESOURCE_EXHAUSTED (scale out instead).
     max_streams: int = 32
     # Bytes of audio accepted in one request message.
@@ -101,6 +107,9 @@ class SttSettings(ServiceSettings):
         if self.turn_model != "off" and not (
                 self.turn_pause_ms < self.min_silence_ms <= self.turn_max_silence_ms):
             raise ValueError("STT_TURN_PAUSE_MS < STT_MIN_SILENCE_MS <= STT_TURN_MAX_SILENCE_MS must hold")
+        if self.turn_model != "off" and self.turn_model_tail_ms > self.turn_pause_ms:
+            raise ValueError("STT_TURN_MODEL_TAIL_MS <= STT_TURN_PAUSE_MS must hold (the model hears "
+                             "silence the pause has had)")
         if self.turn_words_done_silence_ms and not (
                 self.turn_pause_ms < self.turn_words_done_silence_ms <= self.turn_max_silence_ms):
             raise ValueError("STT_TURN_PAUSE_MS < STT_TURN_WORDS_DONE_SILENCE_MS <= STT_TURN_MAX_SILENCE_MS "
