@@ -7,7 +7,7 @@ from voicebot.stt.turn_text import unfinished
 
 @pytest.mark.parametrize("text", [
     "My name is...", "I would like to book a table for.", "Could you move my reservation to",
-    "Is it possible to?", "Do you have?", "A table for two,", "We will be", "table 42", "Um, I want",
+    "Is it possible to?", "Do you have a?", "A table for two,", "We will be", "table 42", "Um, I want",
 ])
 def test_speech_that_goes_on(text):
     assert unfinished(text, "en")
@@ -27,7 +27,8 @@ def test_languages_without_data_are_judged_by_punctuation_alone():
     assert not unfinished("明天七点两个人。", "zh")
 
 
-@pytest.mark.parametrize("text", ["Yes, I do.", "I think so.", "No.", "What would you like?", "Okay then."])
+@pytest.mark.parametrize("text", ["Yes, I do.", "I think so.", "No.", "What would you like?", "Okay then.",
+                                  "Could you put me down for the earliest slot you have?"])
 def test_short_answers_and_questions_that_end_on_such_a_word_are_finished(text):
     assert not unfinished(text, "en")
 
