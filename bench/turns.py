@@ -403,8 +403,8 @@ async def main_async(model_env: dict[str, str], sides: tuple[str, ...] = SIDES,
             metrics[side] = f"http://127.0.0.1:{gateway.ready['http']}/metrics"
         cancelled_before = {side: _counter(metrics[side], CANCELLED_UNHEARD) for side in sides}
         todo = await asyncio.to_thread(requests)
-        if limit:
-            todo = todo[::max(1, len(todo) // limit)][:limit]
+        if 0 < limit < len(todo):
+            todo = [todo[round(k * len(todo) / limit)] for k in range(limit)]
         outcomes: list[Outcome] = []
         for i, request in enumerate(todo):
             # Both sides hear each request back to back, in alternating order.
