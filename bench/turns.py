@@ -174,7 +174,7 @@ class Outcome:
 
 async def call(url: str, request: Request, side: str, timeout: float = 30.0) -> Outcome:
     """One session: a little silence, the request at real-time pace, then silence until the
-    reply is heard (complete) or the turn had time to end (held back)."""
+    reply is heard (complete) or the final of the sentence's end came (held back)."""
     import websockets
 
     async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
@@ -200,7 +200,11 @@ async def call(url: str, request: Request, side: str, timeout: float = 30.0) -> 
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
             kinds = [k for _, k, _ in received]
-            if request.kind == "held_back" and time.perf_counter() > last_voiced + 2.0:
+            # Held back: listen until the final of the sentence's end has come (however slow the
+            # machine) and 2 s after the caller's last word, so a reply to its first half is heard.
+            ended = [t for t, k, _ in received if k == "transcript.final" and t >= last_voiced]
+            if request.kind == "held_back" and ended and time.perf_counter() > max(last_voiced + 2.0,
+                                                                                     ended[0] + 0.5):
                 break
             if "turn.metrics" in kinds and ("audio.end" in kinds or "audio" not in kinds):
                 break
