@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run check-profile test test-compose setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-guard bench-urgent bench-v2v bench-turns clean
+.PHONY: run check-profile test test-compose setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-guard bench-urgent bench-v2v bench-turns bench-turn-scores clean
 
 # make run needs the runtime only; make test (and the benchmarks) add the test tools.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -90,6 +90,11 @@ bench-v2v: setup-dev
 ## callers cut off by a thinking pause, endpoint delay, voice to voice, the model's own time.
 bench-turns: setup-dev
 	$(PY) -m bench.turns $(ARGS)
+
+## The end-of-turn decision's calibration: Smart Turn's scores and the words on complete sentences
+## and on sentences cut at a pause, per voice set (people, piper, espeak-ng); each setting replayed.
+bench-turn-scores: setup-dev
+	$(PY) -m bench.turn_scores $(ARGS)
 
 bench-bargein: setup-dev
 	$(PY) -m bench.bargein $(ARGS)

@@ -169,11 +169,12 @@ class Outcome:
     resumed: bool  # an early final's turn went on: a later final holds its words and more
     endpoint_ms: float | None
     v2v_ms: float | None
+    cancelled_unheard: int = 0  # the gateway's replies cancelled unheard during this call
 
 
 async def call(url: str, request: Request, side: str, timeout: float = 30.0) -> Outcome:
     """One session: a little silence, the request at real-time pace, then silence until the
-    reply is heard (complete) or the turn had time to end (held back)."""
+    reply is heard (complete) or the final of the sentence's end came (held back)."""
     import websockets
 
     async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
@@ -199,7 +200,11 @@ async def call(url: str, request: Request, side: str, timeout: float = 30.0) -> 
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
             kinds = [k for _, k, _ in received]
-            if request.kind == "held_back" and time.perf_counter() > last_voiced + 2.0:
+            # Held back: listen until the final of the sentence's end has come (however slow the
+            # machine) and 2 s after the caller's last word, so a reply to its first half is heard.
+            ended = [t for t, k, _ in received if k == "transcript.final" and t >= last_voiced]
+            if request.kind == "held_back" and ended and time.perf_counter() > max(last_voiced + 2.0,
+                                                                                     ended[0] + 0.5):
                 break
             if "turn.metrics" in kinds and ("audio.end" in kinds or "audio" not in kinds):
                 break
@@ -314,6 +319,8 @@ def summarise(outcomes: list[Outcome], side: str) -> dict[str, Any]:
     upto_700 = [o for o in held if o.pause_ms <= 700]
     families = sorted({o.voice.split()[0] for o in held})
     return {
+        "by_voice_set": {f: _voice_set([o for o in mine if o.voice.startswith(f)])
+                         for f in sorted({o.voice.split()[0] for o in mine})},
         "cut_off": f"{sum(o.cut_off for o in held)}/{len(held)}",
         "cut_off_by_voice": {f: f"{sum(o.cut_off for o in held if o.voice.startswith(f))}/"
                                 f"{sum(o.voice.startswith(f) for o in held)}" for f in families},
@@ -328,14 +335,40 @@ def summarise(outcomes: list[Outcome], side: str) -> dict[str, Any]:
     }
 
 
+def _voice_set(mine: list[Outcome]) -> dict[str, Any]:
+    """One voice set's figures: cut-offs by a pause of at most 700 ms, resumed turns, delays on
+    complete requests, replies cancelled unheard."""
+    upto_700 = [o for o in mine if o.kind == "held_back" and o.pause_ms <= 700]
+    done = [o for o in mine if o.kind == "complete"]
+    return {"cut_off_upto_700ms": f"{sum(o.cut_off for o in upto_700)}/{len(upto_700)}",
+            "resumed": f"{sum(o.resumed for o in mine)}/{len(mine)}",
+            "endpoint_ms": _stat([o.endpoint_ms for o in done if o.endpoint_ms is not None]),
+            "v2v_ms": _stat([o.v2v_ms for o in done if o.v2v_ms is not None]),
+            "complete": len(done), "cancelled_unheard": sum(o.cancelled_unheard for o in mine)}
+
+
+def _pair(d: dict) -> str:
+    return f"{d['p50']:.0f}/{d['p95']:.0f}" if d.get("p50") is not None else "-"
+
+
+def voice_table(report: dict[str, Any]) -> str:
+    rows = [["side", "voice set", "cut off ≤700 ms", "resumed", "endpoint p50/p95", "v2v p50/p95",
+             "complete", "cancelled unheard"]]
+    for side in report["sides"]:
+        for family, v in report["sides"][side]["by_voice_set"].items():
+            rows.append([side, family, v["cut_off_upto_700ms"], v["resumed"], _pair(v["endpoint_ms"]),
+                         _pair(v["v2v_ms"]), str(v["complete"]), str(v["cancelled_unheard"])])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows)
+
+
 def table(report: dict[str, Any]) -> str:
-    def pair(d: dict) -> str:
-        return f"{d['p50']:.0f}/{d['p95']:.0f}" if d.get("p50") is not None else "-"
+    pair = _pair
 
     rows = [["", "cut off (all)", "cut off ≤700 ms", "by pause 300/500/700/900", "early final", "resumed",
              "cancelled unheard", "endpoint p50/p95", "v2v p50/p95", "model ms p50/p95 (4 streams)",
              "SpeechStarted p50/p95 (4 streams)"]]
-    for side in SIDES:
+    for side in report["sides"]:
         s, c = report["sides"][side], report["concurrent"][side]
         by_voice = " ".join(f"{f} {v}" for f, v in s["cut_off_by_voice"].items())
         rows.append([side, f"{s['cut_off']} ({by_voice})", s["cut_off_upto_700ms"],
@@ -348,7 +381,8 @@ def table(report: dict[str, Any]) -> str:
 
 
 # ---- main --------------------------------------------------------------------------
-async def main_async(model_env: dict[str, str]) -> dict[str, Any]:
+async def main_async(model_env: dict[str, str], sides: tuple[str, ...] = SIDES,
+                     limit: int = 0) -> dict[str, Any]:
     stack = Stack(Path(tempfile.mkdtemp(prefix="bench-turns-")), quiet=False)
     try:
         redis_port = free_port()
@@ -361,35 +395,39 @@ async def main_async(model_env: dict[str, str]) -> dict[str, Any]:
         timer = {"STT_TURN_MODEL": "off"}
         stts = {side: stack.start_service(f"stt-{side}", "voicebot.stt.server", {
             **env, "STT_PORT": "0", "STT_METRICS_PORT": "0", **(timer if side == "timer" else model_env)})
-            for side in SIDES}
+            for side in sides}
         _, profile_env = start_mcp_servers(stack, "restaurant", {"RESERVATIONS_DB": ":memory:",
                                                                 "RESERVATIONS_TODAY": "2026-11-30"})
         urls, metrics = {}, {}
-        for side in SIDES:
+        for side in sides:
             _, gateway = start_brain_and_gateway(
                 stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stts[side],
                 tts=tts, name=side, brain_env={**profile_env, **llm_env, "BRAIN_TODAY": "2026-11-30"})
             urls[side] = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
             metrics[side] = f"http://127.0.0.1:{gateway.ready['http']}/metrics"
-        cancelled_before = {side: _counter(metrics[side], CANCELLED_UNHEARD) for side in SIDES}
+        cancelled_before = {side: _counter(metrics[side], CANCELLED_UNHEARD) for side in sides}
         todo = await asyncio.to_thread(requests)
+        if 0 < limit < len(todo):
+            todo = [todo[round(k * len(todo) / limit)] for k in range(limit)]
         outcomes: list[Outcome] = []
         for i, request in enumerate(todo):
             # Both sides hear each request back to back, in alternating order.
-            for side in (SIDES if i % 2 == 0 else SIDES[::-1]):
+            for side in (sides if i % 2 == 0 else sides[::-1]):
+                before = _counter(metrics[side], CANCELLED_UNHEARD)
                 o = await call(urls[side], request, side)
+                o.cancelled_unheard = round(_counter(metrics[side], CANCELLED_UNHEARD) - before)
                 outcomes.append(o)
                 flag = "CUT" if o.cut_off else ("RES" if o.resumed else "   ")
                 print(f"  {side:5s} {request.kind:9s} {request.pause_ms:4d} {flag} ep {o.endpoint_ms!s:>7} "
                       f"v2v {o.v2v_ms!s:>7}  {request.voice:16s} {request.text[:40]:40s} → {o.finals}",
                       flush=True)
         cancelled = {side: _counter(metrics[side], CANCELLED_UNHEARD) - cancelled_before[side]
-                     for side in SIDES}
+                     for side in sides}
         concurrent = {side: await concurrent_stt(f"127.0.0.1:{stts[side].ready['grpc']}",
-                                                 stts[side].ready["metrics"]) for side in SIDES}
+                                                 stts[side].ready["metrics"]) for side in sides}
     finally:
         stack.stop()
-    return {"sides": {side: summarise(outcomes, side) for side in SIDES}, "concurrent": concurrent,
+    return {"sides": {side: summarise(outcomes, side) for side in sides}, "concurrent": concurrent,
             "cancelled_unheard": cancelled, "outcomes": [asdict(o) for o in outcomes]}
 
 
@@ -398,12 +436,20 @@ def main() -> None:
     parser.add_argument("--json-out", help="also write every request's outcome here")
     parser.add_argument("--model-env", action="append", default=[], metavar="STT_X=V",
                         help="settings for the model side's STT, e.g. STT_TURN_THRESHOLD=0.3")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="which STT services to run: model, timer or both (model,timer)")
+    parser.add_argument("--limit", type=int, default=0,
+                        help="at most this many requests, spread evenly over the set (0: all)")
     args = parser.parse_args()
+    sides = tuple(s for s in args.sides.split(",") if s)
+    if not sides or set(sides) - set(SIDES):
+        parser.error(f"--sides: one or more of {', '.join(SIDES)}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     model_env = dict(item.split("=", 1) for item in args.model_env)
-    report = asyncio.run(main_async(model_env))
+    report = asyncio.run(main_async(model_env, sides, args.limit))
     report["model_env"] = model_env
     print(table(report))
+    print(voice_table(report))
     print("(cut off: reply audio of a turn whose transcript.final came before the caller's last voiced "
           "frame; early final: such a final, heard or not; resumed: a later final holds an earlier one's "
           "words and more; endpoint: last voiced frame → the first transcript.final after it; v2v: → "

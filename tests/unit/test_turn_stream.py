@@ -16,7 +16,7 @@ from tests.unit.test_stt_stream import loud, quiet
 from voicebot.stt.endpointer import EndpointConfig
 from voicebot.stt.recognizer import DecodePool, StreamRecognizer
 from voicebot.stt.stream import RecognitionStream, StreamOptions
-from voicebot.stt.turn_model import Verdict
+from voicebot.stt.turn_model import TurnModelBusy, Verdict
 
 # Pause after 5 silent frames (160 ms), the timer at 10 (320 ms), the limit at 30 (~1 s).
 ENDPOINT = EndpointConfig(threshold=0.5, neg_threshold=0.35, min_speech_frames=2, min_silence_frames=10,
@@ -48,6 +48,13 @@ class ScriptedScorer:
             await asyncio.wait_for(self._asked.wait_for(lambda: len(self.asked) >= count), 30)
 
 
+class BusyScorer:
+    """A model whose queue is always full."""
+
+    async def score(self, audio: np.ndarray) -> Verdict:
+        raise TurnModelBusy("full")
+
+
 class WordsEngine(FakeSttEngine):
     """Hears the same words in every decode."""
 
@@ -61,13 +68,15 @@ class WordsEngine(FakeSttEngine):
 
 
 class Harness:
-    def __init__(self, scorer: ScriptedScorer | None, threshold: float | None = 0.5, words: str = "") -> None:
+    def __init__(self, scorer: ScriptedScorer | None, threshold: float | None = 0.5, words: str = "",
+                 tail_frames: int = 5) -> None:
         # As the server configures it: no model for the stream, no pauses either.
         endpoint = ENDPOINT if threshold is not None else replace(ENDPOINT, pause_frames=0)
         recognizer = StreamRecognizer(LoudnessVad(), endpoint, 16000, pre_roll_ms=0)
         engine = WordsEngine(words) if words else FakeSttEngine()
         self.stream = RecognitionStream(recognizer, DecodePool(engine, 1), StreamOptions(
-            language="en", turn_threshold=threshold, turn_text=bool(words)), scorer)  # type: ignore[arg-type]
+            language="en", turn_threshold=threshold, turn_text=bool(words), turn_tail_frames=tail_frames),
+            scorer)  # type: ignore[arg-type]
         self.events: list = []
         self._reader = asyncio.create_task(self._collect())
         self._changed = asyncio.Condition()
@@ -218,3 +227,40 @@ async def test_finished_words_end_a_pause_the_model_is_unsure_of_at_the_shorter_
     await held.wait_ends()
     assert held.ends() == ["limit"]
     await held.finish()
+
+
+async def test_the_model_hears_the_same_tail_of_silence_however_long_the_pause_when_asked():
+    """Its score rises with the silence it hears: a fixed tail makes the verdict the same for a
+    pause judged at once and for one judged late (here the tail is 2 frames, the pause 5)."""
+    scorer = ScriptedScorer(0.1)
+    h = Harness(scorer, tail_frames=2)
+    await h.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await scorer.wait_asked()
+    audio = scorer.asked[0]
+    assert len(audio) == 22 * 512  # the utterance's 20 speech frames, and 2 of its silence
+    assert np.abs(audio[-2 * 512:]).max() < np.abs(audio[:512]).max()  # it ends on the tail
+    await h.finish()
+
+
+async def test_with_the_model_busy_the_words_decide_and_without_words_the_timer():
+    finished = Harness(BusyScorer(), words="What kind of food do you serve?")  # type: ignore[arg-type]
+    finished.stream._recognizer._endpointer.config = replace(ENDPOINT, words_done_silence_frames=16)
+    await finished.stream.feed(quiet(3) + loud(20) + quiet(6))
+    await finished.stream.feed(quiet(12))
+    await finished.wait_ends()
+    assert finished.ends() == ["words"]
+    await finished.finish()
+    going_on = Harness(BusyScorer(), words="My name is...")  # type: ignore[arg-type]
+    going_on.stream._recognizer._endpointer.config = replace(ENDPOINT, words_done_silence_frames=16)
+    await going_on.stream.feed(quiet(3) + loud(20) + quiet(26))
+    await asyncio.sleep(0.05)
+    assert going_on.ends() == []
+    await going_on.stream.feed(quiet(4))
+    await going_on.wait_ends()
+    assert going_on.ends() == ["limit"]
+    await going_on.finish()
+    no_words = Harness(BusyScorer())  # type: ignore[arg-type]
+    await no_words.stream.feed(quiet(3) + loud(20) + quiet(12))
+    await no_words.wait_ends()
+    assert no_words.ends() == ["silence"]
+    await no_words.finish()

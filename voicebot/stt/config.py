@@ -70,27 +70,35 @@ class SttSettings(ServiceSettings):
     turn_model_sha256: str = SMART_TURN_SHA256  # empty: not checked (a model of your own)
     # false: a missing or corrupt model logs a warning and every stream uses the timer.
     turn_model_required: bool = True
-    # 256 ms: a comma inside a fluent sentence is a pause of about 200 ms ("Hello, | can you
-    # hear me"), and the model, unsure at a comma, would end the turn there; a thinking pause is
-    # longer and is what the model and the pause's words hold. 0.1, not Smart Turn's usual 0.5:
-    # on generated voices the model is unsure of many complete questions (flat prosody), while
-    # the pause's words already hold back a sentence that goes on (make bench-turns).
-    turn_pause_ms: int = 256
+    # Both judges of a pause are asked after 160 ms of silence: a comma inside fluent speech
+    # pauses about 200 ms, but its decode trails off ("Hello, ...") and holds the turn, and an end
+    # there is taken back (the gateway joins speech that resumes before the reply was heard).
+    # The model hears 160 ms of silence after the speech, whenever it is asked: its score rises
+    # with the silence, on a sentence cut at a thinking pause as on a finished one. It ends the
+    # turn at the pause from 0.9, and only when the words read as finished too: on people, piper
+    # and espeak-ng alike, sentences cut at a pause where the words could end score as high as
+    # finished ones (make bench-turn-scores), so only a confident model is trusted that soon.
+    turn_pause_ms: int = 160
+    turn_model_tail_ms: int = Field(160, ge=0)
     turn_max_silence_ms: int = 1200
-    # The wait depends on the words too: a pause whose decode reads as a finished sentence
-    # ends after this much silence though the model is unsure (a generated or unfamiliar voice's
-    # flat prosody); words that go on keep turn_max_silence_ms. A wrong end costs a cancelled
-    # reply, not a cut caller: the gateway joins speech that resumes before the reply was heard
-    # to the same turn. 0: the model alone shortens the wait.
-    turn_words_done_silence_ms: int = 512
-    turn_threshold: float = Field(0.1, ge=0.0, le=1.0)
+    # The wait depends on the words too: a pause whose decode reads as a finished sentence while
+    # the model is unsure ends after this much silence; words that go on keep turn_max_silence_ms.
+    # 600: a wrong end here is answered after the caller's thinking pause of up to 700 ms is over
+    # (the reply takes 150 ms or more after the endpoint), so the gateway takes it back unheard
+    # and the turn goes on (make bench-turn-scores replays each setting). 0: the model alone
+    # shortens the wait.
+    turn_words_done_silence_ms: int = 600
+    turn_threshold: float = Field(0.9, ge=0.0, le=1.0)
     # Per-language thresholds over turn_threshold, JSON: {"de": 0.6}.
     turn_thresholds: dict[str, float] = Field(default_factory=dict)
     turn_languages: str = ",".join(SMART_TURN_LANGUAGES)
     # An utterance with less speech than this keeps min_silence_ms as its limit, so a noise
     # never stays open longer than without the model (the gateway's barge-in counts on it).
     turn_min_speech_ms: int = 400
-    turn_workers: int = 1  # concurrent model runs (one core each)
+    turn_workers: int = 1  # threads that run the model (one core each)
+    # Pauses waiting for the model at once; a pause that finds them all taken is judged by its
+    # words and the limits (voicebot_stt_turn_model_busy_total counts them).
+    turn_queue: int = Field(4, ge=1)
     # Streams one replica accepts; more get RESOURCE_EXHAUSTED (scale out instead).
     max_streams: int = 32
     # Bytes of audio accepted in one request message.
@@ -101,6 +109,9 @@ class SttSettings(ServiceSettings):
         if self.turn_model != "off" and not (
                 self.turn_pause_ms < self.min_silence_ms <= self.turn_max_silence_ms):
             raise ValueError("STT_TURN_PAUSE_MS < STT_MIN_SILENCE_MS <= STT_TURN_MAX_SILENCE_MS must hold")
+        if self.turn_model != "off" and self.turn_model_tail_ms > self.turn_pause_ms:
+            raise ValueError("STT_TURN_MODEL_TAIL_MS <= STT_TURN_PAUSE_MS must hold (the model hears "
+                             "silence the pause has had)")
         if self.turn_words_done_silence_ms and not (
                 self.turn_pause_ms < self.turn_words_done_silence_ms <= self.turn_max_silence_ms):
             raise ValueError("STT_TURN_PAUSE_MS < STT_TURN_WORDS_DONE_SILENCE_MS <= STT_TURN_MAX_SILENCE_MS "

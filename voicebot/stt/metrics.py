@@ -36,6 +36,12 @@ TURN_MODEL_WAIT_SECONDS = Histogram(
     "Time a pause waited for the end-of-turn model's thread (other streams' pauses ahead of it)",
     buckets=TURN_MODEL_BUCKETS,
 )
+TURN_MODEL_BUSY_TOTAL = Counter(
+    "voicebot_stt_turn_model_busy_total",
+    "Pauses judged without the end-of-turn model because its queue (STT_TURN_QUEUE) was full: the "
+    "pause's words and the limits decide; steadily above zero, the replica needs STT_TURN_WORKERS or "
+    "another replica",
+)
 ENDPOINTS_TOTAL = Counter(
     "voicebot_stt_endpoints_total",
     "Utterance ends by reason: model (the end-of-turn model said finished at a pause), limit (it said "

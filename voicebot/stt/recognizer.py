@@ -136,9 +136,12 @@ class StreamRecognizer:
             return []
         return [self._close(end) for end in self._endpointer.use_timer()]
 
-    def turn_audio(self, max_samples: int) -> np.ndarray:
-        """The open utterance up to now, its pause included (at most ``max_samples``)."""
-        frames = self._utterance[-(max_samples // FRAME_SAMPLES + 1):]
+    def turn_audio(self, max_samples: int, end_frame: int | None = None) -> np.ndarray:
+        """The open utterance up to ``end_frame`` (None: up to now), at most ``max_samples``."""
+        frames = self._utterance
+        if end_frame is not None:
+            frames = frames[: max(end_frame - self._utterance_first_frame, 1)]
+        frames = frames[-(max_samples // FRAME_SAMPLES + 1):]
         audio = np.concatenate(frames) if frames else np.zeros(0, np.float32)
         return audio[-max_samples:]
 

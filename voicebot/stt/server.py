@@ -93,6 +93,7 @@ class SpeechToTextServicer(stt_pb2_grpc.SpeechToTextServicer):
             speculative_silence_frames=max(1, s.speculative_silence_ms // FRAME_MS),
             turn_threshold=threshold,
             turn_text=s.turn_text or s.turn_model == "text",
+            turn_tail_frames=s.turn_model_tail_ms // FRAME_MS,
         )
         return rate, options, endpoint
 
@@ -206,7 +207,7 @@ class UtteranceSpans:
 def build_servicer(settings: SttSettings) -> SpeechToTextServicer:
     # First: a missing or corrupt end-of-turn model fails the start before Whisper loads.
     turn = load_turn_scorer(settings.turn_model, settings.turn_model_path, settings.turn_model_sha256,
-                            settings.turn_workers, settings.turn_model_required)
+                            settings.turn_workers, settings.turn_model_required, settings.turn_queue)
     model_dir, multilingual = resolve_whisper_model(settings.model, settings.model_cache_dir)
     cores = os.cpu_count() or 1
     if settings.device == "cpu" and settings.cpu_threads * settings.workers > cores:

@@ -55,7 +55,7 @@ from voicebot.stt.recognizer import (
     Started,
     StreamRecognizer,
 )
-from voicebot.stt.turn_model import WINDOW_SAMPLES, TurnScorer, Verdict
+from voicebot.stt.turn_model import WINDOW_SAMPLES, TurnModelBusy, TurnScorer, Verdict
 from voicebot.stt.turn_text import unfinished
 from voicebot.v1 import stt_pb2
 
@@ -86,6 +86,8 @@ class StreamOptions:
     turn_threshold: float | None = None
     # Also read the decode made at the pause: words that go on ("my name is...") hold the turn.
     turn_text: bool = False
+    # The silence the model hears after the last speech, whenever it is asked (32 ms frames).
+    turn_tail_frames: int = 5
 
 
 class RecognitionStream:
@@ -205,7 +207,10 @@ class RecognitionStream:
         if self._options.turn_threshold is None:
             return
         self._stop_judging()
-        audio = self._recognizer.turn_audio(WINDOW_SAMPLES) if self._turn is not None else None
+        audio = None
+        if self._turn is not None:
+            end = paused.pause.speech_end + self._options.turn_tail_frames
+            audio = self._recognizer.turn_audio(WINDOW_SAMPLES, end)
         self._judging = asyncio.create_task(self._verdict(paused, audio))
 
     def _stop_judging(self) -> None:
@@ -218,6 +223,8 @@ class RecognitionStream:
             verdict = await self._judge_pause(paused, audio)
         except asyncio.CancelledError:
             raise
+        except TurnModelBusy:
+            verdict = None  # the model's queue was full and there are no words: the timer
         except Exception:
             log.warning("end-of-turn model failed; this utterance ends on the silence timer", exc_info=True)
             verdict = None
@@ -241,13 +248,24 @@ class RecognitionStream:
         """The audio model's probability and the pause's words, both at once: the words come
         from the speculative decode, which the final needs anyway."""
         assert self._options.turn_threshold is not None
-        score = self._turn.score(audio) if self._turn is not None and audio is not None else None
+        score = self._score(audio) if self._turn is not None and audio is not None else None
         words = self._pause_words(paused) if self._options.turn_text else None
         verdict, text = await asyncio.gather(score or _none(), words or _none())
         verdict = verdict or Verdict(1.0, 0.0, 0.0)  # words alone (STT_TURN_MODEL=text)
+        if verdict.model_busy and text is None:
+            raise TurnModelBusy("no words to judge the pause by")  # the silence timer
         held = text is not None and unfinished(text, self._options.language)
         return replace(verdict, finished=verdict.probability >= self._options.turn_threshold and not held,
                        words_unfinished=held, words_finished=bool(text and text.strip()) and not held)
+
+    async def _score(self, audio: np.ndarray) -> Verdict:
+        """The model's verdict; with its queue full, an unsure one: the words decide alone, a
+        finished sentence after the shorter wait, one that goes on at the limit."""
+        assert self._turn is not None
+        try:
+            return await self._turn.score(audio)
+        except TurnModelBusy:
+            return Verdict(0.0, 0.0, 0.0, model_busy=True)
 
     async def _pause_words(self, paused: Paused) -> str:
         """The text of the decode that ends where this pause began (waiting for it if need be)."""

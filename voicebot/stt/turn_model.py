@@ -1,7 +1,11 @@
 """The end-of-turn model: Smart Turn v3 (an audio classifier, ONNX), run at each short pause.
 
-At a pause the stream hands the utterance so far (the last 8 s, its silence included) to
-``TurnScorer.score``; the model says how likely the caller has finished. The ONNX file is
+At a pause the stream hands the utterance so far to ``TurnScorer.score``: the last 8 s of it,
+ending a fixed tail of silence after the last speech (``STT_TURN_MODEL_TAIL_MS``), however long
+the pause has lasted when it is asked; the model says how likely the caller has finished. The
+tail is fixed because the model's score rises with the silence it hears, on a sentence cut at a
+thinking pause as on a finished one (``make bench-turn-scores``). The model runs on threads of
+its own fed by a bounded queue: a pause that finds the queue full is judged without it. The ONNX file is
 package data of the ``pipecat-ai`` wheel, installed ``--no-deps`` and found on disk through
 the package's file list: pipecat itself is never imported. Its sha256 is pinned, so a
 corrupt or substituted file fails the start with the path named (or, when the service is
@@ -16,17 +20,19 @@ unit variance first (``transformers.WhisperFeatureExtractor(chunk_length=8)`` wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import logging
+import queue
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from voicebot.common.files import sha256_of
-from voicebot.stt.metrics import TURN_MODEL_SECONDS, TURN_MODEL_WAIT_SECONDS
+from voicebot.stt.metrics import TURN_MODEL_BUSY_TOTAL, TURN_MODEL_SECONDS, TURN_MODEL_WAIT_SECONDS
 
 log = logging.getLogger("stt")
 
@@ -44,6 +50,10 @@ N_FFT, HOP, N_MELS = 400, 160, 80
 
 class TurnModelError(RuntimeError):
     """The model file is missing, corrupt or not a Smart Turn model (the message names the path)."""
+
+
+class TurnModelBusy(RuntimeError):
+    """Every place in the model's queue is taken: this pause is judged without it."""
 
 
 def packaged_model_path() -> Path:
@@ -150,32 +160,82 @@ class Verdict:
     finished: bool = False  # the decision, the pause's words included
     words_unfinished: bool = False  # the decode at the pause read as speech that goes on
     words_finished: bool = False  # the decode at the pause read as a finished sentence
+    model_busy: bool = False  # the model's queue was full: the words and the limits judged it
+
+
+@dataclass
+class _Job:
+    audio: np.ndarray
+    queued: float
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    abandoned: bool = field(default=False)  # the pause is moot (speech came back): skip it
 
 
 class TurnScorer:
-    """Runs the model on its own threads, off the event loop: audio frames never wait for it."""
+    """Runs the model on threads of its own (one core each), fed by a bounded queue, off the event
+    loop: audio frames never wait for it, and a burst of pauses beyond the queue is judged by the
+    words and the limits instead of waiting behind other streams' pauses."""
 
-    def __init__(self, model: SmartTurnModel, workers: int = 1) -> None:
+    def __init__(self, model: SmartTurnModel, workers: int = 1, queue_size: int = 4) -> None:
         self.model = model
-        self._executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="stt-turn")
+        # Room for one stop sign per thread at shutdown, whatever the size.
+        self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=max(1, queue_size, workers))
+        self._threads = [threading.Thread(target=self._serve, name=f"stt-turn-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for thread in self._threads:
+            thread.start()
 
     async def score(self, audio: np.ndarray) -> Verdict:
-        queued = time.perf_counter()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._run, audio, queued)
+        """The model's verdict on ``audio``; ``TurnModelBusy`` when the queue is full."""
+        loop = asyncio.get_running_loop()
+        job = _Job(audio, time.perf_counter(), loop, loop.create_future())
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            TURN_MODEL_BUSY_TOTAL.inc()
+            raise TurnModelBusy("the end-of-turn model's queue is full") from None
+        try:
+            return await job.future
+        finally:
+            job.abandoned = True  # cancelled: a thread that has not started it skips it
 
-    def _run(self, audio: np.ndarray, queued: float) -> Verdict:
-        started = time.perf_counter()
-        probability = self.model.probability(audio)
-        seconds = time.perf_counter() - started
-        TURN_MODEL_SECONDS.observe(seconds)
-        TURN_MODEL_WAIT_SECONDS.observe(started - queued)
-        return Verdict(probability, seconds, started - queued)
+    def _serve(self) -> None:
+        while (job := self._queue.get()) is not None:
+            if job.abandoned:
+                continue
+            started = time.perf_counter()
+            try:
+                probability = self.model.probability(job.audio)
+            except Exception as exc:  # noqa: BLE001 - handed to the awaiting stream
+                job.loop.call_soon_threadsafe(_settle, job.future, exc)
+                continue
+            seconds, waited = time.perf_counter() - started, started - job.queued
+            TURN_MODEL_SECONDS.observe(seconds)
+            TURN_MODEL_WAIT_SECONDS.observe(waited)
+            job.loop.call_soon_threadsafe(_settle, job.future, Verdict(probability, seconds, waited))
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Stop the threads: queued pauses are dropped, a running one finishes."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._queue.get_nowait()
+        for _ in self._threads:
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(None)
 
 
-def load_turn_scorer(kind: str, path: str, sha256: str, workers: int, required: bool) -> TurnScorer | None:
+def _settle(future: asyncio.Future, outcome: Verdict | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def load_turn_scorer(kind: str, path: str, sha256: str, workers: int, required: bool,
+                     queue_size: int = 4) -> TurnScorer | None:
     """The configured model, or None for the silence timer (``off``, or a failure tolerated)."""
     if kind in ("off", "text"):
         return None
@@ -183,7 +243,7 @@ def load_turn_scorer(kind: str, path: str, sha256: str, workers: int, required: 
         raise TurnModelError(f"STT_TURN_MODEL={kind!r} is none of 'smart-turn', 'text', 'off'")
     try:
         model_path = Path(path).expanduser() if path else packaged_model_path()
-        return TurnScorer(SmartTurnModel(model_path, sha256), workers)
+        return TurnScorer(SmartTurnModel(model_path, sha256), workers, queue_size)
     except TurnModelError as exc:
         if required:
             raise
