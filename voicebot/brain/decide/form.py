@@ -197,12 +197,10 @@ class Forms:
             return picked
         args = {arg: form.values[name] for arg, name in finder.args.items()
                 if form.values.get(name) not in (None, "")}
-        find = Find(finder.tool, args)
-        result = found.get(find.key)
-        if result is None:
-            return find
-        if result.outcome != "succeeded" and (said := self._tool_problem(state, finder.tool, result)):
-            return said
+        result, step = self._answer_of(state, finder.tool, args, found)
+        if step is not None:
+            return step
+        assert result is not None
         items = items_of(result.content.get("result"), finder.items) if result.outcome == "succeeded" else []
         match = [i for i in items if all(same_value(i.get(key), form.values.get(name))
                                          for key, name in finder.match.items())]
@@ -215,6 +213,18 @@ class Forms:
         if items:
             return self._offer(state, spec, finder, items)
         return self._nothing(state, spec, finder, result)
+
+    def _answer_of(self, state: SessionState, tool: str, args: dict[str, Any], found: Lookups
+                   ) -> tuple[ToolResult | None, Decision | None]:
+        """A read-only tool's answer this turn; else the step instead: ``Find`` when it was not
+        called yet, what its error means when it failed."""
+        find = Find(tool, args)
+        result = found.get(find.key)
+        if result is None:
+            return None, find
+        if result.outcome != "succeeded" and (said := self._tool_problem(state, tool, result)):
+            return None, said
+        return result, None
 
     def _tool_problem(self, state: SessionState, tool: str, result: ToolResult) -> Decision | None:
         """A read-only tool's error, by rule (``tool_errors.py``): a value it did not accept is
@@ -346,12 +356,10 @@ class Forms:
         assert form is not None
         args = {name: self._argument(spec.field(name), form.values[name], state)
                 for name in spec.arguments if form.values.get(name) not in (None, "")}
-        find = Find(spec.name, args)
-        result = found.get(find.key)
-        if result is None:
-            return find
-        if result.outcome != "succeeded" and (said := self._tool_problem(state, spec.name, result)):
-            return said
+        result, step = self._answer_of(state, spec.name, args, found)
+        if step is not None:
+            return step
+        assert result is not None
         value = result.content.get("result") if result.outcome == "succeeded" else None
         items = items_of(value, "")
         if isinstance(value, dict) and not any(isinstance(v, list) for v in value.values()):
