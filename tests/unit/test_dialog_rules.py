@@ -68,6 +68,7 @@ def test_handoff_requests_in_korean(text, human):
 
 @pytest.mark.parametrize(("text", "act"), [
     ("No.", True), ("Seven thirty.", True), ("Jordan Blake", True), ("yes please", True),
+    ("Put it under Alex Yzgyvq, please.", True), ("My name is Priya Raman and it is for a check-up.", True),
     ("Write me a poem about the sea.", False), ("What is the capital of France?", False),
 ])
 def test_short_dialogue_acts_skip_the_guard_but_requests_do_not(text, act):

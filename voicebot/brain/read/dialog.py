@@ -64,4 +64,13 @@ def is_dialogue_act(text: str, language: str = "en") -> bool:
         return False
     if answer_to_read_back(text, language) is not Answer.OTHER or len(words) <= 5:
         return True
+    if _names_someone(language).search(text):  # "Put it under Alex Yzgyvq, please."
+        return True
     return bool(re.search(r"\d", digits(text)))  # a value: "we are three people, not two"
+
+
+@functools.cache
+def _names_someone(language: str) -> re.Pattern[str]:
+    """A name said as one: the pack's name leads, then a capitalised word."""
+    pack = pack_or_default(language)
+    return re.compile(pack.word(pack.phrases(pack.names.leads)) + r"\s+[A-Z]\w+")
