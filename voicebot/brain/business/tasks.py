@@ -230,7 +230,8 @@ def _field(name: str, prop: dict[str, Any], extra: FieldSettings, required: bool
                      else required, choices=choices, between=extra.between, spoken=extra.spoken or "",
                      description=str(prop.get("description", "")),
                      pattern=str(prop.get("pattern", "")) if not listed else "",
-                     numbers=number_words(extra) if kind in ("integer", "number") else None)
+                     numbers=number_words(extra, profile.languages[0])
+                     if kind in ("integer", "number") else None)
 
 
 def _kind(name: str, prop: dict[str, Any], choices: tuple[str, ...], profile: Profile) -> str:

@@ -58,6 +58,12 @@ class Same(_Strict):
     phrases: list[str] = []  # "as before"
 
 
+class Counting(_Strict):
+    more: list[str] = []  # "two more people", "an extra guest"
+    fewer: list[str] = []  # "one less", "two fewer"
+    another: list[str] = []  # "another guest"
+
+
 class Names(_Strict):
     leads: list[str] = []  # words that introduce a name
     not_names: list[str] = []  # capitalised words that are never a name
@@ -72,6 +78,7 @@ class LanguagePack(_Strict):
     questions: Questions = Questions()
     same: Same
     names: Names = Names()
+    counting: Counting = Counting()  # a number field's changes in words (``read/numbers.py``)
     # The brain's own sentences in this language, where a business's profile does not write its
     # own (the keys of ``sentences`` in docs/add-a-business.md; English is the profile's default).
     sentences: dict[str, str] = {}

@@ -12,11 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from voicebot.brain.lang import pack_or_default
 from voicebot.brain.read.values import digits
-
-# One more or fewer of what a field counts: "two more people", "another guest", "one less".
-_MORE_WORDS = r"(?:more|extra|additional)"
-_FEWER_WORDS = r"(?:less|fewer)"
 
 
 @dataclass(frozen=True)
@@ -33,17 +30,23 @@ def _alternation(phrases: list[str]) -> str:
     return "|".join(r"\s+".join(re.escape(word) for word in phrase.split()) for phrase in ordered)
 
 
-def number_words(settings: Any) -> NumberWords | None:
-    """The field's number words (``FieldSettings``), compiled; None when it has none."""
+def number_words(settings: Any, language: str = "en") -> NumberWords | None:
+    """The field's number words (``FieldSettings``), compiled with the language pack's words for
+    one more or fewer ("two more people", "another guest", "one less"); None when it has none."""
     counts, said_as = _alternation(settings.counts), settings.said_as
+    counting = pack_or_default(language).counting
+    more_words, fewer_words = _alternation(counting.more), _alternation(counting.fewer)
+    another = _alternation(counting.another)
     if not (counts or said_as or settings.words_for or settings.more or settings.fewer):
         return None
     phrases = [re.escape(p.strip().lower()).replace(re.escape("{n}"), r"(\d{1,4})") for p in said_as]
     phrases = [re.sub(r"(?:\\ )+", r"\\s+", p) for p in phrases]
-    more = [rf"\b(?:(\d{{1,2}}|an?|one)\s+)?{_MORE_WORDS}\s+(?:{counts})\b",
-            rf"\banother\s+(?:{counts})\b"] if counts else []
-    fewer = [rf"\b(\d{{1,2}}|one)\s+{_FEWER_WORDS}\b",
-             rf"\b(\d{{1,2}}|one)\s+(?:{counts})\s+{_FEWER_WORDS}\b"] if counts else []
+    more = [rf"\b(?:(\d{{1,2}}|an?|one)\s+)?(?:{more_words})\s+(?:{counts})\b"] \
+        if counts and more_words else []
+    if counts and another:
+        more.append(rf"\b(?:{another})\s+(?:{counts})\b")
+    fewer = [rf"\b(\d{{1,2}}|one)\s+(?:{fewer_words})\b",
+             rf"\b(\d{{1,2}}|one)\s+(?:{counts})\s+(?:{fewer_words})\b"] if counts and fewer_words else []
     if settings.more:
         more.append(rf"\b(?:{_alternation(settings.more)})\b")
     if settings.fewer:
