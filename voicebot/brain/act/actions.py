@@ -51,8 +51,9 @@ class WriteOutcome:
 
 class Actions:
     def __init__(self, dispatcher: Dispatcher, references: References, sentences: Sentences,
-                 store: SessionStore) -> None:
+                 store: SessionStore, language: str = "en") -> None:
         self.dispatcher = dispatcher
+        self.language = language  # whose words values are said in
         self.references = references
         self.sentences = sentences
         self.store = store
@@ -72,7 +73,7 @@ class Actions:
 
     def read_back(self, tool: Tool, spoken_args: dict[str, Any]) -> str:
         if tool.spec.read_back:
-            return render(tool.spec.read_back, spoken_args)
+            return render(tool.spec.read_back, spoken_args, self.language)
         return default_action(tool.spec.spoken_title(), spoken_args, frozenset(self.references.kinds))
 
     def confirm_sentence(self, action: PendingAction) -> str:
@@ -140,7 +141,8 @@ class Actions:
             values = {**state.task, **(value if isinstance(value, dict) else {}),
                       **self._spoken_args(action, state), "action": action.action}
             template = done or tool.spec.done
-            said = render(template, values) if template else self.sentences.done.format(action=action.action)
+            said = render(template, values, self.language) if template \
+                else self.sentences.done.format(action=action.action)
             state.completed(f"done: {action.action}")
             return WriteOutcome("done", sentence(said), result=result)
         if result.outcome == "unavailable":  # the server was unreachable: provably not done

@@ -62,11 +62,13 @@ class Sentences(_Strict):
     # The wished value is not possible: what the business's tool offers instead.
     alternatives: str = "Sorry, nothing is free {wanted}. I can offer {options}. Which would you like?"
     nothing_free: str = "Sorry, nothing is free {wanted}. Would another day suit you?"
+    offer: str = "I can offer {options}. Which would you like?"  # the tool's items, nothing asked for
     not_found: str = "Sorry, I couldn't find that. {question}"
     nothing_done: str = "Okay, nothing is done. Is there anything else I can help with?"
     anything_else: str = "Is there anything else I can help with?"
     goodbye: str = "Thank you for calling. Goodbye!"
     not_done: str = "Sorry, that didn't go through, so nothing was done."
+    found_items: str = "I found {items}."  # what a lookup found, each item in the task's `found`
     # A value the business's tool did not accept: that field is asked again, the others kept.
     field_again: str = "Sorry, that {field} was not accepted. {question}"
     # A turn that could not wait any longer for the caller's last request to finish.

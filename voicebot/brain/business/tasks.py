@@ -41,6 +41,7 @@ class FieldSpec:
     # A name field: the business's own words ("table", "reservation"), never a caller's name.
     not_names: frozenset[str] = frozenset()
     numbers: NumberWords | None = None  # what a number field's number means in words (profile)
+    language: str = "en"  # whose words its values are read in (``read/values.py``)
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ def _field(name: str, prop: dict[str, Any], extra: FieldSettings, required: bool
                      description=str(prop.get("description", "")),
                      pattern=str(prop.get("pattern", "")) if not listed else "",
                      numbers=number_words(extra, profile.languages[0])
-                     if kind in ("integer", "number") else None)
+                     if kind in ("integer", "number") else None, language=profile.languages[0])
 
 
 def _kind(name: str, prop: dict[str, Any], choices: tuple[str, ...], profile: Profile) -> str:

@@ -32,6 +32,7 @@ from voicebot.brain.decide.decisions import Ask, Decision, Find, Found, Offer, R
 from voicebot.brain.decide.options import items_of, pick_option, same_value
 from voicebot.brain.decide.state import FormState, Option, PendingAction, SessionState
 from voicebot.brain.decide.tool_errors import classify
+from voicebot.brain.lang import pack_or_default
 from voicebot.brain.read.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
 from voicebot.brain.read.numbers import said_number
 from voicebot.brain.read.values import normalise
@@ -43,13 +44,16 @@ if TYPE_CHECKING:
 # The read-only tools' results this turn, by ``lookup_key``.
 Lookups = dict[str, "ToolResult"]
 MAX_OPTIONS = 3
+# What the caller asked for, where the language pack says nothing of its own (``speak.wanted``).
+_WANTED = {"date": "on {value}", "time": "at {value}", "integer": "for {value}"}
 
 
 class Forms:
     def __init__(self, tasks: dict[str, TaskSpec], sentences: Sentences, references: References,
                  today: Callable[[], dt.date] = dt.date.today,
-                 errors: dict[str, dict[str, Any]] | None = None) -> None:
+                 errors: dict[str, dict[str, Any]] | None = None, language: str = "en") -> None:
         self.tasks = tasks
+        self.language = language  # whose words values are said in (``speak/readback.py``)
         # Per tool, the profile's meanings of its errors (``mcp_servers[].tools.<t>.errors``).
         self.errors = errors or {}
         self.sentences = sentences
@@ -125,7 +129,7 @@ class Forms:
             said = said_number(raw, item.numbers)  # the model copied "just me"
             raw = said if said is not None else raw
         return normalise(item.type, raw, today=self.today(), between=item.between, choices=item.choices,
-                         not_names=item.not_names)
+                         not_names=item.not_names, language=item.language)
 
     def _reference(self, item: FieldSpec, raw: Any, state: SessionState) -> str | None:
         """A reference the conversation issued (R1), or the code the caller read out."""
@@ -255,9 +259,9 @@ class Forms:
             form.values.pop(name, None)
         form.options = options
         form.asking = next(iter(finder.match.values()), "")
-        labels = join_words([o.label for o in options]).replace(" and ", " or ")
-        said = render(self.sentences.alternatives, {"wanted": wanted, "options": labels}) if wanted \
-            else f"I can offer {labels}. Which would you like?"
+        labels = join_words([o.label for o in options], self.language, either=True)
+        said = render(self.sentences.alternatives if wanted else self.sentences.offer,
+                      {"wanted": wanted, "options": labels}, self.language)
         return Offer(form.asking, tuple(o.label for o in options), said)
 
     def _nothing(self, state: SessionState, spec: TaskSpec, finder: Finder, result: ToolResult) -> Ask:
@@ -272,32 +276,30 @@ class Forms:
         if first:
             form.values.pop(first, None)
             form.asking = first
-        return Ask(first, render(self.sentences.nothing_free, {"wanted": wanted}))
+        return Ask(first, render(self.sentences.nothing_free, {"wanted": wanted}, self.language))
 
     def _wanted(self, spec: TaskSpec, form: FormState, names: list[str]) -> str:
+        forms = pack_or_default(self.language).speak.wanted
         parts = []
         for name in names:
             value = form.values.get(name)
             item = spec.field(name)
             if value in (None, "") or item is None:
                 continue
-            if item.type == "date":
-                parts.append(f"on {spoken_value(value)}")
-            elif item.type == "time":
-                parts.append(f"at {spoken_value(value)}")
-            elif item.type in ("integer", "number"):
-                parts.append(f"for {value}")
-            else:
-                parts.append(f"with {spoken_value(value)}")
+            kind = "integer" if item.type == "number" else item.type
+            shape = forms.get(kind) or forms.get("other") or _WANTED.get(kind, "with {value}")
+            unit = item.numbers.unit if item.numbers is not None else ""
+            parts.append(shape.format(value=spoken_value(value, self.language), unit=unit))
         return " ".join(parts)
 
     def _label(self, finder: Finder, item: dict[str, Any]) -> str:
         if finder.offer:
-            return render(finder.offer, item)
+            return render(finder.offer, item, self.language)
         kind = self.references.kinds.get(finder.argument)
         if kind is not None:
-            return render(kind.label, item)
-        shown = [spoken_value(v) for k, v in item.items() if k != finder.argument and not k.endswith("_id")
+            return render(kind.label, item, self.language)
+        shown = [spoken_value(v, self.language) for k, v in item.items()
+                 if k != finder.argument and not k.endswith("_id")
                  and isinstance(v, str | int) and k not in self.references.hidden]
         return " ".join(shown[:3])
 
@@ -325,7 +327,7 @@ class Forms:
                 ref = state.issue_ref(argument, str(item[argument]), render(kind.label, item), kind.prefix)
                 spoken[argument] = state.refs[ref].label
         references = frozenset(f.name for f in spec.fields if f.type == "reference")
-        action = render(spec.read_back, spoken) if spec.read_back else default_action(
+        action = render(spec.read_back, spoken, self.language) if spec.read_back else default_action(
             spec.title, {f.name: spoken[f.name] for f in spec.fields if f.name in spoken}, references)
         pending = PendingAction(tool=spec.name, args=args, action=action, read_back_turn=turn_id)
         pending_spoken = {k: v for k, v in spoken.items() if isinstance(v, str | int | float)}
@@ -344,12 +346,12 @@ class Forms:
             entry = state.resolve_ref(value, item.name)
             return entry.label if entry is not None else " ".join(str(value))
         if item is not None and item.spoken:
-            return render(item.spoken, {"value": value})
+            return render(item.spoken, {"value": value}, self.language)
         if item is not None and item.type == "code":
             return spoken_code(value)
         if item is not None and item.type == "text":
             return spoken_codes_in(str(value))
-        return spoken_value(value)
+        return spoken_value(value, self.language)
 
     def _look_up(self, state: SessionState, spec: TaskSpec, found: Lookups) -> Decision:
         form = state.form
@@ -373,10 +375,11 @@ class Forms:
         for item in items[:MAX_OPTIONS]:
             shown = self.references.present(item, state)
             values = {**item, **{k: v for k, v in shown.items() if isinstance(v, str) and v in state.refs}}
-            said.append(render(spec.found, values) if spec.found else self._plain(item))
-        return Found(sentence(f"I found {join_words(said)}.") + " " + self.sentences.anything_else)
+            said.append(render(spec.found, values, self.language) if spec.found else self._plain(item))
+        found_items = self.sentences.found_items.format(items=join_words(said, self.language))
+        return Found(sentence(found_items) + " " + self.sentences.anything_else)
 
     def _plain(self, item: dict[str, Any]) -> str:
-        shown = [spoken_value(v) for k, v in item.items() if not k.endswith("_id")
+        shown = [spoken_value(v, self.language) for k, v in item.items() if not k.endswith("_id")
                  and k not in self.references.hidden and isinstance(v, str | int)]
         return ", ".join(shown[:5])

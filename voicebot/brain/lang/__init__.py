@@ -67,6 +67,81 @@ class Counting(_Strict):
 class Names(_Strict):
     leads: list[str] = []  # words that introduce a name
     not_names: list[str] = []  # capitalised words that are never a name
+    ends: list[str] = []  # words after a name that are not part of it ("입니다", "으로 해주세요")
+    follows: list[str] = []  # words that follow a name said inside a request ("김민수 이름으로")
+
+
+class Numerals(_Strict):
+    """Number words and how they combine, where no library reads the language's numbers: words
+    add (열+두 = 12, 스물+셋 = 23), a digit multiplies the scale after it (이+십+오 = 25)."""
+    words: dict[str, int] = {}  # number words that add (native Korean: 하나, 두, 열, 스물)
+    digits: dict[str, int] = {}  # digits that multiply a scale (Sino-Korean: 일, 이, 삼)
+    scales: dict[str, int] = {}  # 십 10, 백 100, 천 1000, 만 10000
+    counters: list[str] = []  # a number word is a number only before one ("두 명", "세 시")
+    alone: list[str] = []  # ... or when it is one of these, alone or before a particle ("넷이요")
+    not_numbers: list[str] = []  # words that look like a number and a counter ("이번": this time)
+
+
+class Dates(_Strict):
+    days: dict[str, int] = {}  # relative days: today 0, tomorrow 1 (the longest phrase wins)
+    weekdays: list[str] = []  # Monday first; a weekday alone is the nearest one, today included
+    next_week: list[str] = []  # before a weekday: that day of next week ("다음 주 금요일")
+    this_week: list[str] = []  # before a weekday: that day of this week
+    weekend: list[str] = []  # the coming Saturday
+    day_of_month: str = ""  # "{d}일": a day of the month, the next one from today
+    month_day: str = ""  # "{m}월 {d}일"
+
+
+class Times(_Strict):
+    hour: str = ""  # "{h}시"
+    minutes: str = ""  # "{m}분", after the hour
+    half: list[str] = []  # half past, after the hour ("7시 반")
+    am: list[str] = []  # said before the hour: morning words ("오전 9시")
+    pm: list[str] = []  # afternoon and evening words ("저녁 7시")
+    noon: list[str] = []
+    midnight: list[str] = []
+    not_times: list[str] = []  # a duration is no clock time ("{n}시간")
+
+
+class Changes(_Strict):
+    """A value said relative to the one read back ("조금 늦게", "한 시간 일찍", "다음 날")."""
+    later: list[str] = []
+    earlier: list[str] = []
+    hours: str = ""  # "{n}시간": the size of the change; a change without one is half an hour
+    minutes: str = ""  # "{n}분"
+    day_after: list[str] = []
+    day_before: list[str] = []
+
+
+class Values(_Strict):
+    """Typed values read by rules from this language's words (``read/pack_values.py``). A pack
+    without them is read by the libraries of ``read/values.py`` (English: text2num,
+    parsedatetime)."""
+    numerals: Numerals = Numerals()
+    dates: Dates = Dates()
+    times: Times = Times()
+    changes: Changes = Changes()
+    particles: list[str] = []  # what may follow a word without changing it (은, 는, 이요)
+
+
+class Speak(_Strict):
+    """How code says a value in this language (``speak/readback.py``); English's forms are the
+    default where a pack has none."""
+    date: str = ""  # "{month}월 {day}일 {weekday}"
+    date_without_weekday: str = ""  # "{month}월 {day}일"
+    weekdays: list[str] = []  # Monday first
+    time: str = ""  # "{period} {hour}시"
+    time_with_minutes: str = ""  # "{period} {hour}시 {minute}분"
+    am: str = ""  # the period before noon
+    pm: str = ""
+    list_and: str = ""  # joins the last two of a list ("A, B 그리고 C")
+    list_or: str = ""
+    yes: str = ""
+    no: str = ""
+    # What the caller asked for, in a sentence about it ("nothing is free {wanted}"), per field
+    # type (date, time, integer, other): "on {value}", "at {value}", "for {value}"; {unit} is
+    # what a number field counts.
+    wanted: dict[str, str] = {}
 
 
 class LanguagePack(_Strict):
@@ -79,6 +154,8 @@ class LanguagePack(_Strict):
     same: Same
     names: Names = Names()
     counting: Counting = Counting()  # a number field's changes in words (``read/numbers.py``)
+    values: Values | None = None  # dates, times and numbers by this pack's words, else libraries
+    speak: Speak = Speak()
     # The brain's own sentences in this language, where a business's profile does not write its
     # own (the keys of ``sentences`` in docs/add-a-business.md; English is the profile's default).
     sentences: dict[str, str] = {}

@@ -66,7 +66,7 @@ def is_dialogue_act(text: str, language: str = "en") -> bool:
         return True
     if _names_someone(language).search(text):  # "Put it under Alex Yzgyvq, please."
         return True
-    return bool(re.search(r"\d", digits(text)))  # a value: "we are three people, not two"
+    return bool(re.search(r"\d", digits(text, language)))  # a value: "we are three people, not two"
 
 
 @functools.cache

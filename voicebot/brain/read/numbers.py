@@ -23,46 +23,58 @@ class NumberWords:
     words_for: tuple[tuple[re.Pattern[str], int], ...]  # "just me": 1
     more: re.Pattern[str] | None  # "2 more people", "is joining us"
     fewer: re.Pattern[str] | None  # "1 less", "can't come"
+    language: str = "en"  # whose number words become digits ("두 명" -> "2 명")
+    unit: str = ""  # the first of what the number counts ("people", "명"), to say it again
 
 
-def _alternation(phrases: list[str]) -> str:
-    ordered = sorted({p.strip().lower() for p in phrases if p.strip()}, key=len, reverse=True)
-    return "|".join(r"\s+".join(re.escape(word) for word in phrase.split()) for phrase in ordered)
+def _alternation(phrases: list[str], gap: str = r"\s+", language: str = "en") -> str:
+    """The phrases as the caller's words are compared: number words as digits ("한 명 더" ->
+    "1 명 더"), longest first."""
+    ordered = sorted({_words(p, language).strip() for p in phrases if p.strip()}, key=len, reverse=True)
+    return "|".join(gap.join(re.escape(word) for word in phrase.split()) for phrase in ordered)
 
 
 def number_words(settings: Any, language: str = "en") -> NumberWords | None:
     """The field's number words (``FieldSettings``), compiled with the language pack's words for
-    one more or fewer ("two more people", "another guest", "one less"); None when it has none."""
-    counts, said_as = _alternation(settings.counts), settings.said_as
-    counting = pack_or_default(language).counting
-    more_words, fewer_words = _alternation(counting.more), _alternation(counting.fewer)
-    another = _alternation(counting.another)
+    one more or fewer ("two more people", "another guest", "one less"); None when it has none.
+    In a language whose words take particles without a space ("2명이요"), a word may end inside
+    the caller's word and the space before it may be left out."""
+    pack = pack_or_default(language)
+    gap, end = (r"\s+", r"\b") if pack.word_boundaries else (r"\s*", "")
+    counts, said_as = _alternation(settings.counts, gap), settings.said_as
+    more_words, fewer_words = _alternation(pack.counting.more, gap), _alternation(pack.counting.fewer, gap)
+    another = _alternation(pack.counting.another, gap)
     if not (counts or said_as or settings.words_for or settings.more or settings.fewer):
         return None
     phrases = [re.escape(p.strip().lower()).replace(re.escape("{n}"), r"(\d{1,4})") for p in said_as]
-    phrases = [re.sub(r"(?:\\ )+", r"\\s+", p) for p in phrases]
-    more = [rf"\b(?:(\d{{1,2}}|an?|one)\s+)?(?:{more_words})\s+(?:{counts})\b"] \
+    phrases = [re.sub(r"(?:\\ )+", gap.replace("\\", "\\\\"), p) for p in phrases]
+    more = [rf"\b(?:(\d{{1,2}}|an?|one){gap})?(?:{more_words}){gap}(?:{counts}){end}"] \
         if counts and more_words else []
     if counts and another:
-        more.append(rf"\b(?:{another})\s+(?:{counts})\b")
-    fewer = [rf"\b(\d{{1,2}}|one)\s+(?:{fewer_words})\b",
-             rf"\b(\d{{1,2}}|one)\s+(?:{counts})\s+(?:{fewer_words})\b"] if counts and fewer_words else []
+        more.append(rf"\b(?:{another}){gap}(?:{counts}){end}")
+    fewer = [rf"\b(\d{{1,2}}|one){gap}(?:{fewer_words}){end}",
+             rf"\b(\d{{1,2}}|one){gap}(?:{counts}){gap}(?:{fewer_words}){end}"] \
+        if counts and fewer_words else []
+    if counts and more_words:  # "두 명 더": the number, what it counts, then the word for more
+        more.append(rf"\b(\d{{1,2}}){gap}(?:{counts}){gap}(?:{more_words}){end}")
     if settings.more:
-        more.append(rf"\b(?:{_alternation(settings.more)})\b")
+        more.append(rf"\b(?:{_alternation(settings.more, gap, language)}){end}")
     if settings.fewer:
-        fewer.append(rf"\b(?:{_alternation(settings.fewer)})\b")
+        fewer.append(rf"\b(?:{_alternation(settings.fewer, gap, language)}){end}")
     return NumberWords(
-        counted=re.compile(rf"\b(\d{{1,4}})\s+(?:{counts})\b") if counts else None,
-        said_as=re.compile(r"\b(?:" + "|".join(phrases) + r")\b") if phrases else None,
-        words_for=tuple((re.compile(rf"\b(?:{_alternation(words)})\b"), int(n))
+        counted=re.compile(rf"\b(\d{{1,4}}){gap}(?:{counts}){end}") if counts else None,
+        said_as=re.compile(r"\b(?:" + "|".join(phrases) + rf"){end}") if phrases else None,
+        words_for=tuple((re.compile(rf"\b(?:{_alternation(words, gap, language)}){end}"), int(n))
                         for n, words in settings.words_for.items() if _alternation(words)),
         more=re.compile("|".join(more)) if more else None,
         fewer=re.compile("|".join(fewer)) if fewer else None,
+        language=language,
+        unit=next((c.strip() for c in settings.counts if c.strip()), ""),
     )
 
 
-def _words(text: str) -> str:
-    return digits(text.lower().replace("’", "'"))
+def _words(text: str, language: str) -> str:
+    return digits(text.lower().replace("’", "'"), language)
 
 
 def said_number(text: str, numbers: NumberWords | None) -> int | None:
@@ -70,7 +82,7 @@ def said_number(text: str, numbers: NumberWords | None) -> int | None:
     "just me". None: nothing in the words is this field's number."""
     if numbers is None:
         return None
-    words = _words(text)
+    words = _words(text, numbers.language)
     for pattern, value in numbers.words_for:
         if pattern.search(words):
             return value
@@ -83,8 +95,9 @@ def said_number(text: str, numbers: NumberWords | None) -> int | None:
 def without_numbers(text: str, numbers: list[NumberWords]) -> str:
     """The words with every field's counted numbers taken out ("for 4 people at 7" -> "for at 7"),
     so a time is not read from a party size."""
-    words = _words(text)
+    words = text
     for item in numbers:
+        words = _words(words, item.language)
         for pattern in (item.counted, item.said_as):
             if pattern is not None:
                 words = pattern.sub(" ", words)
@@ -95,7 +108,7 @@ def number_change(text: str, numbers: NumberWords | None, current: int) -> int |
     """The field's value changed relative to itself: "one more person" (+1), "two fewer" (-2)."""
     if numbers is None:
         return None
-    words = _words(text)
+    words = _words(text, numbers.language)
     if numbers.more is not None and (more := numbers.more.search(words)):
         count = next((g for g in more.groups() if g), None)
         return current + (int(count) if count and count.isdigit() else 1)

@@ -35,6 +35,8 @@ from voicebot.brain.metrics import LLM_CALL_SECONDS, LLM_TOKENS
 from voicebot.brain.read.codes import code_pieces, parse_code
 from voicebot.brain.read.confirm import Answer, answer_to_read_back
 from voicebot.brain.read.numbers import number_change, said_number, without_numbers
+from voicebot.brain.read.pack_values import name_said as pack_name_said
+from voicebot.brain.read.pack_values import reads_values
 from voicebot.brain.read.sentence_encoder import SentenceEncoder
 from voicebot.brain.read.values import (
     digits,
@@ -53,6 +55,14 @@ QUESTION, OTHER = "question", "other"
 _NAME_SAID = re.compile(r"\b(?i:my name is|my name's|name is|the name is|under the name|it's under|"
                         r"book it under|under|this is|i'm|i am|for|it's for)"
                         r"\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
+
+
+def name_said(text: str, language: str) -> str | None:
+    """A name said as one inside other words ("for two under Jordan Blake")."""
+    if reads_values(language):
+        return pack_name_said(text, language)
+    said = _NAME_SAID.search(text)
+    return said[1] if said else None
 
 
 @dataclass
@@ -142,9 +152,13 @@ def rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
     for item in fields:
         bare = item.name == asking
         words = without_numbers(text, counted) if item.type == "time" and counted else text
-        value = _rule_value(item, words, bare, today)
-        if value is None and current and current.get(item.name) is not None:
-            value = _changed(item, text, current[item.name])
+        given = current.get(item.name) if current else None
+        # "한 명 더" holds "1 명": a number said as a change is the change, not the new number.
+        value = _changed(item, text, given) if given is not None and item.numbers is not None else None
+        if value is None:
+            value = _rule_value(item, words, bare, today)
+        if value is None and given is not None:
+            value = _changed(item, text, given)
         if value is not None:
             found[item.name] = value
     return found
@@ -153,7 +167,7 @@ def rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
 def _changed(item: FieldSpec, text: str, current: Any) -> Any:
     if item.type in ("integer", "number"):
         return number_change(text, item.numbers, current) if isinstance(current, int) else None
-    return relative_change(item.type, text, current)
+    return relative_change(item.type, text, current, item.language)
 
 
 def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
@@ -161,30 +175,30 @@ def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
     if item.choices:
         return match_choice(text, item.choices)
     if item.type == "date":
-        return text if parse_date(text, today) is not None else None
+        return text if parse_date(text, today, item.language) is not None else None
     if item.type == "time":
-        return text if parse_time(text, item.between) is not None else None
+        return text if parse_time(text, item.between, item.language, bare) is not None else None
     if item.type in ("integer", "number"):
         said = said_number(text, item.numbers)  # "a table for four", "just me": the field's own words
         if said is not None:
             return said
-        return text if bare and parse_integer(text) is not None else None
+        return text if bare and parse_integer(text, item.language) is not None else None
     if item.type == "name":
-        if bare and parse_name(text, item.not_names) is not None:
+        if bare and parse_name(text, item.not_names, item.language) is not None:
             return text
-        said = _NAME_SAID.search(text)
-        return said[1] if said and parse_name(said[1], item.not_names) else None
+        said = name_said(text, item.language)
+        return said if said and parse_name(said, item.not_names, item.language) else None
     if item.type == "code" and bare:
         return text if parse_code(text, item.pattern) is not None else None
-    if item.type in ("text", "reference") and bare and _free_answer(text):
+    if item.type in ("text", "reference") and bare and _free_answer(text, item.language):
         return text
     return None
 
 
-def _free_answer(text: str) -> bool:
+def _free_answer(text: str, language: str = "en") -> bool:
     """Words that can be the answer to "what is the reason / the reference?": not a question,
     not a yes, no or hedge ("Yes, please." is no reason for a visit)."""
-    return not is_question(text) and answer_to_read_back(text) is Answer.OTHER
+    return not is_question(text, language) and answer_to_read_back(text, language) is Answer.OTHER
 
 
 class Reader:
@@ -252,8 +266,9 @@ class Reader:
         intent = data.get("intent") if data.get("intent") in (*self.tasks, QUESTION, OTHER) else OTHER
         values = {f.name: data.get(f.name) for f in fields if data.get(f.name) not in (None, "")}
         codes = {f.name for f in fields if f.type == "code"}
+        language = fields[0].language if fields else "en"
         copied = {name: value for name, value in values.items()
-                  if (code_said_in(value, text) if name in codes else said_in(value, text))}
+                  if (code_said_in(value, text) if name in codes else said_in(value, text, language))}
         if len(copied) < len(values):  # a schema makes a small model fill every key: "John Doe"
             record["not_said"] = sorted(set(values) - set(copied))
         return Reading(intent, copied, "model", record)
@@ -262,12 +277,13 @@ class Reader:
 _FILLER = frozenset("a an the my our it is it's for with at on in of to please".split())
 
 
-def said_in(value: Any, text: str) -> bool:
+def said_in(value: Any, text: str, language: str = "en") -> bool:
     """The model only copies: each word of its value is one the caller said (numbers compared as
-    digits, "two" as "2"; in any script). A value the caller never said is the model's invention,
-    never used. A word outside ASCII may carry a particle in the words ("김민수로" holds "김민수")."""
-    heard = set(re.findall(r"[^\W_]+", digits(text.lower())))
-    words = [w for w in re.findall(r"[^\W_]+", digits(str(value).lower())) if w not in _FILLER]
+    digits, "two" as "2", "두" as "2"; in any script). A value the caller never said is the model's
+    invention, never used. A word outside ASCII may carry a particle in the words ("김민수로"
+    holds "김민수")."""
+    heard = set(re.findall(r"[^\W_]+", digits(text.lower(), language)))
+    words = [w for w in re.findall(r"[^\W_]+", digits(str(value).lower(), language)) if w not in _FILLER]
     return bool(words) and all(w in heard or (not w.isascii() and any(h.startswith(w) for h in heard))
                                for w in words)
 

@@ -19,6 +19,9 @@ import parsedatetime
 import snowballstemmer
 from text_to_num import alpha2digit
 
+from voicebot.brain.read import pack_values
+from voicebot.brain.read.clock import clock, next_day_of_month, shifted
+
 _CALENDAR = parsedatetime.Calendar(version=parsedatetime.VERSION_CONTEXT_STYLE)
 # Other forms of a choice's words ("coloured", "trims"): the Snowball stemmer, not a suffix list.
 _STEMMER = snowballstemmer.stemmer("english")
@@ -41,9 +44,12 @@ _ORDINAL_WORDS = {
     "twentieth": 20, "thirtieth": 30}
 
 
-def digits(text: str) -> str:
+def digits(text: str, language: str = "en") -> str:
     """Numbers written as words as digits ("a table for four" -> "a table for 4"); single small
-    numbers too, which text2num leaves as words by default."""
+    numbers too, which text2num leaves as words by default. A language whose pack reads its own
+    numbers by its numerals ("두 명" -> "2 명")."""
+    if pack_values.reads_values(language):
+        return pack_values.digits(text, language)
     text = re.sub(r"\btwenty[- ](first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b",
                   lambda m: f"{20 + _ORDINAL_WORDS[m[1]]}th", text, flags=re.I)
     text = re.sub(r"\bthirty[- ]first\b", "31st", text, flags=re.I)
@@ -53,9 +59,11 @@ def digits(text: str) -> str:
 
 
 # ---- dates ------------------------------------------------------------------
-def parse_date(text: str, today: dt.date) -> dt.date | None:
+def parse_date(text: str, today: dt.date, language: str = "en") -> dt.date | None:
     """A day the caller means, today or later: "tomorrow", "Friday", "next Friday", "the 12th",
     "December 12th", "2030-01-09". A weekday is the nearest one, today included."""
+    if pack_values.reads_values(language):
+        return pack_values.parse_date(text, today, language)
     words = digits(text.lower().replace("’", "'"))
     if not _DATE_WORDS.search(_ORDINAL_ALONE.sub(" ", words)) and not _ORDINAL_DAY.search(words):
         return None
@@ -77,7 +85,7 @@ def parse_date(text: str, today: dt.date) -> dt.date | None:
         return today + dt.timedelta(days=ahead)
     month = next((m for m in _MONTHS if re.search(rf"\b{m[:3]}\w*\b", words)), None)
     if month is None and (day := _ORDINAL_DAY.search(words)):
-        return _next_day_of_month(int(day[1] or day[2]), today)
+        return next_day_of_month(int(day[1] or day[2]), today)
     if month is None and (weekday := _WEEKDAY.search(words)):
         return today + dt.timedelta(days=(_WEEKDAYS.index(weekday[1]) - today.weekday()) % 7)
     parsed, flag = _CALENDAR.parseDT(words, dt.datetime.combine(today, dt.time(12)))
@@ -92,19 +100,6 @@ def parse_date(text: str, today: dt.date) -> dt.date | None:
     return day
 
 
-def _next_day_of_month(number: int, today: dt.date) -> dt.date | None:
-    year, month = today.year, today.month
-    for _ in range(13):
-        try:
-            day = dt.date(year, month, number)
-        except ValueError:
-            day = None
-        if day is not None and day >= today:
-            return day
-        month, year = (1, year + 1) if month == 12 else (month + 1, year)
-    return None
-
-
 # ---- times --------------------------------------------------------------------
 _TIME = re.compile(
     r"\b(\d{1,2})(?:(?::|\s|\.)([0-5]\d))?\s*(a\.?\s?m\.?|p\.?\s?m\.?|o'?clock|in the morning|"
@@ -117,10 +112,14 @@ _NOON = re.compile(r"\b(noon|midday|midnight)\b")
 _NOT_TIMES = re.compile(r"\b(\d{1,2})\s+(?:minutes|hours|days|weeks)\b")
 
 
-def parse_time(text: str, between: Sequence[str] | None = None) -> str | None:
+def parse_time(text: str, between: Sequence[str] | None = None, language: str = "en",
+               bare: bool = True) -> str | None:
     """A clock time as "HH:MM": "seven pm", "7:30", "half past seven", "seven thirty", "noon".
     An hour without am or pm is read inside ``between`` (the business's hours, "HH:MM" pair)
-    when one of the two readings falls there; otherwise 1-6 is afternoon and 7-11 morning."""
+    when one of the two readings falls there; otherwise 1-6 is afternoon and 7-11 morning.
+    ``bare``: a number alone is an hour (the answer to "at what time?", not to "how many?")."""
+    if pack_values.reads_values(language):
+        return pack_values.parse_time(text, between, language, bare)
     words = _NOT_TIMES.sub(" ", digits(text.lower().replace("’", "'")))
     if noon := _NOON.search(words):
         return "00:00" if noon[1] == "midnight" else "12:00"
@@ -131,17 +130,17 @@ def parse_time(text: str, between: Sequence[str] | None = None) -> str | None:
         return _clock(hour, 15 if quarter[1] == "past" else 45, _suffix_after(words, quarter.end()), between)
     for match in _TIME.finditer(words):
         hour, minute, suffix = int(match[1]), int(match[2] or 0), (match[3] or "")
-        if not suffix and match[2] is None and not _time_context(words, match.start()):
+        if not suffix and match[2] is None and not _time_context(words, match.start(), bare):
             continue  # a bare number ("for 4") is no time unless "at" or "around" comes before it
         if hour <= 24:
             return _clock(hour, minute, suffix, between)
     return None
 
 
-def _time_context(words: str, start: int) -> bool:
+def _time_context(words: str, start: int, bare: bool) -> bool:
     before = words[:start].split()[-1:] or [""]
     return before[0] in {"at", "around", "about", "by", "after", "before", "from", "till", "until"} \
-        or words.strip() == words[start:].strip()  # the whole answer is the number
+        or (bare and words.strip() == words[start:].strip())  # the whole answer is the number
 
 
 def _suffix_after(words: str, end: int) -> str:
@@ -152,38 +151,19 @@ def _suffix_after(words: str, end: int) -> str:
 
 def _clock(hour: int, minute: int, suffix: str, between: Sequence[str] | None) -> str | None:
     suffix = suffix.replace(".", "").replace(" ", "")
-    if hour > 23 or minute > 59:
-        return None
     if suffix.startswith("pm") or suffix in ("intheafternoon", "intheevening", "atnight", "tonight"):
-        hour = hour + 12 if hour < 12 else hour
-    elif suffix.startswith("am") or suffix == "inthemorning":
-        hour = 0 if hour == 12 else hour
-    elif 1 <= hour <= 12:
-        hour = _likely_hour(hour, between)
-    return f"{hour:02d}:{minute:02d}"
-
-
-def _likely_hour(hour: int, between: Sequence[str] | None) -> int:
-    morning, afternoon = hour % 12, hour % 12 + 12
-    if between:
-        start, end = (to_minutes(t) for t in between)
-        inside = [h for h in (morning, afternoon) if start <= h * 60 <= end]
-        if len(inside) == 1:
-            return inside[0]
-    if hour == 12:
-        return 12
-    return afternoon if hour <= 6 else morning
-
-
-def to_minutes(clock: str) -> int:
-    hours, minutes = clock.split(":")
-    return int(hours) * 60 + int(minutes)
+        return clock(hour, minute, "pm", between)
+    if suffix.startswith("am") or suffix == "inthemorning":
+        return clock(hour, minute, "am", between)
+    return clock(hour, minute, "", between)
 
 
 # ---- numbers, names, choices -----------------------------------------------------
-def parse_integer(text: str) -> int | None:
+def parse_integer(text: str, language: str = "en") -> int | None:
     """The one number in the words: "four", "we are 4", "about 30 thousand" (what a field's number
     means in other words, "just me", is the field's own: ``numbers.py``)."""
+    if pack_values.reads_values(language):
+        return pack_values.parse_integer(text, language)
     words = digits(text.lower())
     found = re.findall(r"(?<![\d:])\d{1,7}(?![\d:])", words)
     return int(found[0]) if len(found) == 1 else None
@@ -201,10 +181,12 @@ _NOT_A_NAME = re.compile(
     re.I)
 
 
-def parse_name(text: str, not_names: frozenset[str] = frozenset()) -> str | None:
+def parse_name(text: str, not_names: frozenset[str] = frozenset(), language: str = "en") -> str | None:
     """A person's name from an answer to "under what name?": "It's Jordan Blake." -> "Jordan
     Blake". At most four words, no digits, nothing that reads as a request or a question, and
     none of ``not_names`` (the business's own words: "A table, please.")."""
+    if pack_values.reads_values(language):
+        return pack_values.parse_name(text, not_names, language)
     name = _NAME_LEAD.sub("", text.strip()).strip(" .,!")
     name = re.sub(r"\s*,?\s*(?:please|thanks|thank you)$", "", name, flags=re.I).strip(" .,!")
     words = name.split()
@@ -237,7 +219,9 @@ def _stems(text: str) -> str:
 
 
 def _named(words: str, choices: Sequence[str], form: Callable[[str], str]) -> list[str]:
-    return [c for c in choices if c and form(c) in words]
+    """The choices among the words; one in a script whose words take particles may start a word
+    ("커트로" names "커트")."""
+    return [c for c in choices if c and (form(c) in words or (not c.isascii() and form(c).rstrip() in words))]
 
 
 def plain_text(text: str, limit: int = 200) -> str | None:
@@ -246,7 +230,8 @@ def plain_text(text: str, limit: int = 200) -> str | None:
 
 
 def normalise(kind: str, text: Any, *, today: dt.date, between: Sequence[str] | None = None,
-              choices: Sequence[str] = (), not_names: frozenset[str] = frozenset()) -> Any:
+              choices: Sequence[str] = (), not_names: frozenset[str] = frozenset(),
+              language: str = "en") -> Any:
     """The value of ``kind`` in ``text`` (a caller's words or the model's copy of them), or None."""
     if text is None:
         return None
@@ -258,14 +243,14 @@ def normalise(kind: str, text: Any, *, today: dt.date, between: Sequence[str] | 
     if choices:
         return match_choice(text, choices)
     if kind == "date":
-        day = parse_date(text, today)
+        day = parse_date(text, today, language)
         return day.isoformat() if day else None
     if kind == "time":
-        return parse_time(text, between)
+        return parse_time(text, between, language)
     if kind in ("integer", "number"):
-        return parse_integer(text)
+        return parse_integer(text, language)
     if kind == "name":
-        return parse_name(text, not_names)
+        return parse_name(text, not_names, language)
     return plain_text(text)
 
 
@@ -278,16 +263,17 @@ _DAY_AFTER = re.compile(r"\b(?:the\s+(?:day|night)\s+after|the\s+next\s+day|a\s+
 _DAY_BEFORE = re.compile(r"\b(?:the\s+(?:day|night)\s+before|a\s+day\s+earlier)\b")
 
 
-def relative_change(kind: str, text: str, current: Any) -> Any:
+def relative_change(kind: str, text: str, current: Any, language: str = "en") -> Any:
     """A value relative to the one read back: "a little later" (+30 min), "an hour earlier",
     "the day after" (+1 day); a number field's change is its own (``numbers.number_change``). None
     when the words say no such change."""
+    if pack_values.reads_values(language):
+        return pack_values.relative_change(kind, text, current, language)
     words = digits(text.lower().replace("’", "'"))
     if kind == "time" and isinstance(current, str) and re.fullmatch(r"\d{2}:\d{2}", current):
         minutes = _shift_minutes(words)
-        if minutes is not None and 0 <= to_minutes(current) + minutes < 24 * 60:
-            total = to_minutes(current) + minutes
-            return f"{total // 60:02d}:{total % 60:02d}"
+        if minutes is not None and (moved := shifted(current, minutes)) is not None:
+            return moved
     if kind == "date" and isinstance(current, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", current):
         step = 1 if _DAY_AFTER.search(words) else -1 if _DAY_BEFORE.search(words) else 0
         if step:

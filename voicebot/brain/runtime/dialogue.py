@@ -96,11 +96,12 @@ class Dialogue:
         self.references = References(self.profile.references, self.profile.hidden_fields)
         self.tools = tools or ToolRegistry()
         self.dispatcher = Dispatcher(self.tools, sleep)
-        self.actions = Actions(self.dispatcher, self.references, self.sentences, store)
+        language = self.profile.languages[0]  # this dialogue's: the profile is in its language
+        self.actions = Actions(self.dispatcher, self.references, self.sentences, store, language)
         self.clock = clock
         tasks = build_tasks(self.profile, self.tools)
         self.forms = Forms(tasks, self.sentences, self.references, today,
-                           {spec.name: spec.errors for spec in self.tools.specs() if spec.errors})
+                           {spec.name: spec.errors for spec in self.tools.specs() if spec.errors}, language)
         picker = IntentPicker(encoder, intent_examples(self.profile, tasks)) if encoder else None
         self.reader = Reader(chat, tasks, f"{self.profile.name}, {self.profile.purpose}", picker,
                              settings.reading_timeout_s, settings.llm_model)
