@@ -3,7 +3,8 @@
 The stack is what ``make run`` starts (llama.cpp with the packaged model and the
 guard's instance, STT, TTS, the profile's MCP servers, brain, gateway), with the
 calendar pinned. Each profile's dialogues (``dialogs.yaml`` beside its MCP
-server) are typed turns over the gateway's WebSocket (``input.text``). After
+server; ``dialogs.ko.yaml``: Korean callers of the same business, ``--profile restaurant-ko``)
+are typed turns over the gateway's WebSocket (``input.text``), in the file's ``language``. After
 every turn the bench asks the MCP server what it recorded, and judges:
 
 - **task success**: at the end the server holds exactly the records the dialogue
@@ -52,6 +53,7 @@ from voicebot.devstack import (
 )
 
 DIALOGS = {"restaurant": ROOT / "examples/restaurant/dialogs.yaml",
+           "restaurant-ko": ROOT / "examples/restaurant/dialogs.ko.yaml",
            "clinic": ROOT / "examples/clinic/dialogs.yaml",
            "salon": ROOT / "examples/salon/dialogs.yaml"}
 TOKEN = "bench-dialog-token"
@@ -66,7 +68,10 @@ class DialogResult:
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
-def fresh_name() -> str:
+def fresh_name(language: str = "en") -> str:
+    """A name no other caller books under: six letters, or three Hangul syllables for Korean."""
+    if language == "ko":
+        return "".join(chr(0xAC00 + random.randrange(11172)) for _ in range(3))
     return "".join(random.choice(string.ascii_lowercase) for _ in range(6)).capitalize()
 
 
@@ -78,13 +83,14 @@ def fill(value: Any, **names: str) -> Any:
     return value
 
 
-def words(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", speakable(text).lower()).split())
+def words(text: str, language: str = "en") -> str:
+    return " ".join(re.sub(r"[\W_]+", " ", speakable(text, language).lower()).split())
 
 
 class Judge:
     def __init__(self, spec: dict[str, Any], source: McpToolSource) -> None:
         self.spec, self.source = spec, source
+        self.language = spec.get("language", "en")
 
     async def records(self, name: str) -> list[dict[str, Any]]:
         lookup = self.spec["lookup"]
@@ -93,14 +99,14 @@ class Judge:
         return [r for r in value.get(lookup["items"], []) if all(r.get(k) == v for k, v in active.items())]
 
     def spoken_fields(self, record: dict[str, Any]) -> str:
-        return words(render(self.spec["read_back"], record))
+        return words(render(self.spec["read_back"], record, self.language), self.language)
 
     def check_write(self, changed: list[dict[str, Any]], caller_said: str, bot_said_before: str) -> list[str]:
         problems = []
-        if answer_to_read_back(caller_said) is not Answer.YES:
+        if answer_to_read_back(caller_said, self.language) is not Answer.YES:
             problems.append(f"a write after {caller_said!r}, which is not a yes")
         for record in changed:
-            if self.spoken_fields(record) not in words(bot_said_before):
+            if self.spoken_fields(record) not in words(bot_said_before, self.language):
                 problems.append(f"wrote {self.spoken_fields(record)!r}, but the read-back before it was "
                                 f"{bot_said_before!r}")
         return problems
@@ -132,15 +138,15 @@ class Judge:
 class Conversation:
     """One caller on the gateway's WebSocket, typing turns."""
 
-    def __init__(self, url: str, token: str) -> None:
-        self.url, self.token, self.ws = url, token, None
+    def __init__(self, url: str, token: str, language: str = "en") -> None:
+        self.url, self.token, self.language, self.ws = url, token, language, None
 
     async def __aenter__(self) -> Conversation:
         import websockets
 
         headers = {"Authorization": f"Bearer {self.token}"}
         self.ws = await websockets.connect(self.url, additional_headers=headers, max_size=2**22)
-        await self.ws.send(json.dumps({"type": "session.start", "session_id": None, "language": "en",
+        await self.ws.send(json.dumps({"type": "session.start", "session_id": None, "language": self.language,
                                        "audio": {"encoding": "pcm16", "sample_rate": 16000}}))
         while json.loads(await self.ws.recv()).get("type") != "session.started":
             pass
@@ -176,13 +182,13 @@ class Conversation:
 
 
 async def run_dialog(dialog: dict[str, Any], judge: Judge, ws_url: str) -> DialogResult:
-    name = fresh_name()
+    name = fresh_name(judge.language)
     result = DialogResult(dialog["name"])
     if dialog.get("fill"):
         await judge.prefill(dialog["fill"])
     before = await judge.records(name)
     bot_said = ""
-    async with Conversation(ws_url, TOKEN) as call:
+    async with Conversation(ws_url, TOKEN, judge.language) as call:
         for text in dialog["turns"]:
             said = fill(text, name=name)
             reply, seconds = await call.turn(said)
@@ -203,8 +209,9 @@ async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm
                         only: str = "") -> list[DialogResult]:
     spec = yaml.safe_load(DIALOGS[profile].read_text())
     dialogs = [d for d in spec["dialogs"] if only.lower() in d["name"].lower()][:limit]
-    prefix = {"restaurant": "RESERVATIONS", "clinic": "CLINIC", "salon": "SALON"}[profile]
-    _, brain_env = start_mcp_servers(stack, profile, {
+    business = spec.get("profile", profile)
+    prefix = {"restaurant": "RESERVATIONS", "clinic": "CLINIC", "salon": "SALON"}[business]
+    _, brain_env = start_mcp_servers(stack, business, {
         f"{prefix}_TODAY": spec["today"], f"{prefix}_DB": ":memory:"})
     stt, tts = speech
     _, gateway = start_brain_and_gateway(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import yaml
 
 from tests.integration.test_restaurant_dialogs import (  # noqa: F401  (fixtures)
     Caller,
@@ -18,6 +19,8 @@ from tests.integration.test_restaurant_dialogs import (  # noqa: F401  (fixtures
     reservations_url,
     restaurant,
 )
+from voicebot.brain.read.confirm import Answer, answer_to_read_back
+from voicebot.devstack import ROOT
 from voicebot.v1 import brain_pb2
 
 pytestmark = pytest.mark.integration
@@ -109,3 +112,23 @@ async def test_a_korean_hedge_or_question_hears_the_read_back_again_and_books_no
     assert "12월 2일 수요일 오후 7시에 2명" in said and await booked(caller) == []
     await caller.say("아니요")
     assert await booked(caller) == []
+
+
+KOREAN_DIALOGS = yaml.safe_load((ROOT / "examples/restaurant/dialogs.ko.yaml").read_text())
+
+
+@pytest.mark.parametrize("dialog", KOREAN_DIALOGS["dialogs"], ids=lambda d: d["name"])
+async def test_the_korean_bench_dialogues_are_carried_by_the_pack_alone(korean, dialog):
+    """``make bench-dialog``'s Korean dialogues with a model that reads nothing: the pack's words
+    carry every booking, change and cancel, and nothing is written without a plain yes."""
+    make, booked = korean
+    caller = make()
+    for text in dialog["turns"]:
+        before = await booked(caller)
+        said = await caller.say(text.replace("{name}", "NAME"))
+        print(f"caller: {text}\nbot:    {said}")  # shown when the dialogue fails
+        if await booked(caller) != before:
+            assert answer_to_read_back(text, "ko") is Answer.YES, (text, said)
+    wanted = [{k: str(v) for k, v in w.items()} for w in dialog["expect"]]
+    got = [{k: str(b[k]) for k in ("people", "weekday", "time")} for b in await booked(caller)]
+    assert sorted(got, key=str) == sorted(wanted, key=str)

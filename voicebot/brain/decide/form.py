@@ -76,7 +76,7 @@ class Forms:
         form = state.form
         if form is None:
             return []
-        return carry_values(state, self.tasks[form.task], words)
+        return carry_values(state, self.tasks[form.task], words, self.language)
 
     def ask_again(self, state: SessionState, name: str, said: str | None = None) -> str:
         """A value the business's tool did not accept: dropped, and its question asked again

@@ -20,6 +20,7 @@ from voicebot.brain.lang import language_pack
 @dataclass(frozen=True)
 class _Compiled:
     values: dict[str, int]
+    words: frozenset[str]  # the adding words among ``values``
     scales: dict[str, int]
     counted: re.Pattern[str]  # a run of number words before a counter
     alone: re.Pattern[str]  # a word that is a number by itself, before a particle or nothing
@@ -41,19 +42,24 @@ def _compiled(language: str) -> _Compiled | None:
         return None
     token = f"(?:{_alternation(set(values) | set(numerals.scales))})"
     start = r"(?<![^\W\d_])"  # a run starts a word: "하세요" holds no 세
-    counted = re.compile(rf"{start}({token}+)(?=\s?(?:{_alternation(numerals.counters)}))")
-    tail = _alternation(particles)
-    alone = re.compile(rf"{start}((?:{_alternation(numerals.alone)})+)(?=(?:{tail})?(?:[^\w]|$))") \
+    # ... and its counter ends the word, particles aside: "2명이요", never the name "이명수".
+    tail = rf"(?:{_alternation(particles)})*(?:[^\w]|$)" if particles else r"(?:[^\w]|$)"
+    counted = re.compile(rf"{start}({token}+)(?=\s?(?:{_alternation(numerals.counters)}){tail})")
+    alone = re.compile(rf"{start}((?:{_alternation(numerals.alone)})+)(?={tail})") \
         if numerals.alone else re.compile(r"(?!x)x")
     spaced = [r"\s?".join(re.escape(part) for part in w.split()) for w in numerals.not_numbers]
     not_numbers = re.compile("|".join(spaced)) if spaced else None
-    return _Compiled(values, dict(numerals.scales), counted, alone, not_numbers)
+    return _Compiled(values, frozenset(numerals.words), dict(numerals.scales), counted, alone, not_numbers)
 
 
-def value_of(run: str, values: dict[str, int], scales: dict[str, int]) -> int | None:
-    """The number a run of number words says: 열두 12, 스물세 23, 이십오 25, 삼만 30000."""
+def value_of(run: str, values: dict[str, int], scales: dict[str, int],
+             words: frozenset[str] = frozenset()) -> int | None:
+    """The number a run of number words says: 열두 12, 스물세 23, 이십오 25, 삼만 30000. A run
+    is all adding ``words`` or all digits and scales, never both."""
     tokens = re.findall(_alternation(set(values) | set(scales)), run)
     if "".join(tokens) != run:
+        return None
+    if len({word in words for word in tokens}) > 1:  # native and Sino-Korean mixed: a name, "오세일"
         return None
     total, current = 0, 0
     for word in tokens:
@@ -79,7 +85,7 @@ def numerals_to_digits(text: str, language: str) -> str:
     def digits(match: re.Match[str]) -> str:
         if any(start <= match.start() < end for start, end in kept):
             return match[0]
-        number = value_of(match[1], compiled.values, compiled.scales)
+        number = value_of(match[1], compiled.values, compiled.scales, compiled.words)
         return match[0] if number is None else str(number)
 
     return compiled.alone.sub(digits, compiled.counted.sub(digits, text))

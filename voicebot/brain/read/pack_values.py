@@ -205,6 +205,8 @@ def parse_name(text: str, not_names: frozenset[str], language: str) -> str | Non
     counted = re.search(r"[\d?]", digits(name, language))  # "두 명이요" is a party, not a name
     if not 1 <= len(words) <= 4 or counted or any(w in name.lower() for w in never):
         return None
+    if parse_date(name, dt.date.today(), language) is not None:  # "토요일로 해 주세요" is a day
+        return None
     return name
 
 

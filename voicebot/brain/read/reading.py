@@ -184,7 +184,8 @@ def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
             return said
         return text if bare and parse_integer(text, item.language) is not None else None
     if item.type == "name":
-        if bare and parse_name(text, item.not_names, item.language) is not None:
+        if bare and answer_to_read_back(text, item.language) is Answer.OTHER \
+                and parse_name(text, item.not_names, item.language) is not None:  # "네" names no one
             return text
         said = name_said(text, item.language)
         return said if said and parse_name(said, item.not_names, item.language) else None
