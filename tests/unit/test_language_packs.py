@@ -15,8 +15,8 @@ BRAIN = Path(__file__).resolve().parents[2] / "voicebot" / "brain"
 # The modules whose words live in the packs: a word list added back in code fails the test below.
 # (The rest follow as their words move: values, codes, reading's field rules, answers.)
 FREE_OF_WORD_LISTS = ["read/confirm.py", "read/dialog.py", "read/turn_reading.py", "read/numbers.py",
-                      "decide/conversation.py",
-                      "decide/decisions.py", "lang/__init__.py"]
+                      "read/numerals.py", "read/pack_values.py", "read/clock.py", "decide/carry.py",
+                      "decide/conversation.py", "decide/decisions.py", "lang/__init__.py"]
 
 
 @pytest.mark.parametrize("path", sorted(PACKS_DIR.glob("*.yaml")), ids=lambda p: p.stem)
@@ -73,3 +73,26 @@ def test_the_word_list_finder_finds_a_word_list():
 @pytest.mark.parametrize("module", FREE_OF_WORD_LISTS)
 def test_no_word_list_in_code_whose_words_are_in_the_packs(module):
     assert word_lists((BRAIN / module).read_text()) == []
+
+
+def words_of_other_scripts(source: str) -> list[str]:
+    """String literals (docstrings aside) that hold letters outside the Latin script: a word of a
+    language other than English written in code."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [node.value[:40] for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and any(ch.isalpha() and not ch.isascii() and ord(ch) > 0x24F for ch in node.value)]
+
+
+def test_the_other_script_finder_finds_a_korean_word():
+    assert words_of_other_scripts('"""내일 is tomorrow."""\nTOMORROW = ("내일", "tomorrow")') == ["내일"]
+
+
+@pytest.mark.parametrize("module", sorted(str(p.relative_to(BRAIN)) for p in BRAIN.rglob("*.py")))
+def test_no_brain_module_holds_a_word_of_another_language(module):
+    """Korean (or any language but the English defaults) lives in its pack, never in code."""
+    assert words_of_other_scripts((BRAIN / module).read_text()) == []
