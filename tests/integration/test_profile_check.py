@@ -64,6 +64,16 @@ MISTAKES = {
     "misspelt placeholder in a lookup's found": (
         'found: "a {service} with {stylist} on {weekday}', 'found: "a {service} with {stylist} on {wekday}',
         "tasks.find_visits.found: {wekday}", "    found:"),
+    "placeholder a translated sentence does not have": (
+        "languages: [en]", 'languages: [en, ko]\ntranslations:\n  ko:\n    sentences:\n'
+        '      can_help: "{task} 도와드릴 수 있어요."',
+        "translations.ko.sentences.can_help: {task} is not filled in the can_help sentence",
+        "      can_help: \"{task}"),
+    "misspelt placeholder in a translated read-back": (
+        "languages: [en]", 'languages: [en, ko]\ntranslations:\n  ko:\n    tasks:\n      book_visit:\n'
+        '        read_back: "{custmer_name} 님 {service}"',
+        "translations.ko.tasks.book_visit.read_back: {custmer_name} is not a field or item key",
+        "        read_back: \"{custmer_name}"),
     "a wrong MCP token": (None, None, "refused the token (HTTP 401): SALON_TOKEN is not the server's token",
                           "    auth_token_env: SALON_TOKEN"),
 }

@@ -42,7 +42,13 @@ from voicebot.brain.business.profile_report import (
     key_lines,
     with_lines,
 )
-from voicebot.brain.business.profile_rules import check_schema, check_sentences, check_tasks, describe
+from voicebot.brain.business.profile_rules import (
+    check_schema,
+    check_sentences,
+    check_tasks,
+    check_translated_sentences,
+    describe,
+)
 
 _ENV_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -135,6 +141,7 @@ async def check_profile(name_or_path: str, env: Mapping[str, str] | None = None,
             raw.setdefault("base_dir", str(path.resolve().parent))
         profile = check_schema(report, raw)
         check_sentences(report, raw)
+        check_translated_sentences(report, raw)
         if profile is not None and not report.problems:
             await check_connected(report, profile, connect, knowledge, wait_s)
     report.problems = with_lines(report.problems, lines)

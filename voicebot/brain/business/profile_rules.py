@@ -72,6 +72,33 @@ def check_sentences(report: Report, raw: Any) -> None:
                            f"filled in the {name} sentence")
 
 
+def check_translated_sentences(report: Report, raw: Any) -> None:
+    """Each translation's sentences, as the first language's (``translations.<l>.sentences``)."""
+    translations = raw.get("translations") if isinstance(raw, dict) else None
+    for language, text in (translations.items() if isinstance(translations, dict) else ()):
+        sentences = text.get("sentences") if isinstance(text, dict) else None
+        for name, sentence in (sentences.items() if isinstance(sentences, dict) else ()):
+            if isinstance(sentence, str) and name in Sentences.model_fields:
+                check_template(report, ("translations", language, "sentences", name), sentence,
+                               set(SENTENCE_PLACEHOLDERS.get(name, ())), f"filled in the {name} sentence")
+
+
+def check_translated_tasks(report: Report, profile: Profile, tasks: dict[str, TaskSpec],
+                           items: set[str]) -> None:
+    """Each translation's task templates name what the first language's may."""
+    for language in profile.languages[1:]:
+        text = profile.translations.get(language)
+        for name, task_text in (text.tasks.items() if text is not None else ()):
+            if name not in tasks:
+                continue
+            names, path = template_names(tasks[name], items), ("translations", language, "tasks", name)
+            check_template(report, (*path, "read_back"), task_text.read_back or "", names,
+                           f"a field or item key of {name}")
+            check_template(report, (*path, "done"), task_text.done or "", names | {"action"},
+                           f"a field, item key or result of {name}")
+            check_template(report, (*path, "found"), task_text.found or "", names, f"a key of {name}'s items")
+
+
 def check_tasks(report: Report, profile: Profile, registry: ToolRegistry) -> dict[str, TaskSpec]:
     try:
         tasks = build_tasks(profile, registry)
@@ -126,6 +153,7 @@ def check_tasks(report: Report, profile: Profile, registry: ToolRegistry) -> dic
             if override.read_back and profile.tasks.get(tool) and profile.tasks[tool].read_back:
                 report.lines.append(f"note: tasks.{tool}.read_back wins over "
                                     f"mcp_servers[{index}].tools.{tool}.read_back")
+    check_translated_tasks(report, profile, tasks, items)
     return tasks
 
 
