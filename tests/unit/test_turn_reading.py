@@ -70,6 +70,21 @@ async def test_a_change_the_rules_cannot_read_while_a_read_back_waits_asks_the_m
     assert model.asked == ["Could we do it under my wife's name instead?"]
 
 
+async def test_a_korean_question_while_a_read_back_waits_needs_no_model_and_a_korean_change_is_read():
+    """Korean values are read by the pack's rules, so a question in which they find none asks
+    about the business; a change they read is the change, without the model either."""
+    turns, model = reader({})
+    reading = await turns.read(waiting(), "그 전에, 주차 되나요?", language="ko")
+    assert reading.intent == QUESTION and reading.question
+    korean_booking = TaskSpec(name="book_visit", title="방문 예약", lookup=False, fields=(
+        FieldSpec("day", "date", "어느 날요?", True, language="ko"),
+        FieldSpec("name", "name", "성함이요?", True, language="ko")), arguments=("day", "name"))
+    model.tasks = turns.tasks = {"book_visit": korean_booking}
+    reading = await turns.read(waiting(), "아, 목요일로 바꿔 주실 수 있나요?", language="ko")
+    assert reading.values == {"day": "아, 목요일로 바꿔 주실 수 있나요?"}
+    assert model.asked == []
+
+
 async def test_a_request_for_a_person_is_read_without_anything_else():
     turns, model = reader({})
     reading = await turns.read(waiting(), "Can I talk to a real person?")

@@ -23,6 +23,7 @@ from voicebot.brain.decide.state import FormState, SessionState
 from voicebot.brain.lang import pack_or_default
 from voicebot.brain.read.confirm import Answer, answer_to_read_back
 from voicebot.brain.read.dialog import asks_for_human
+from voicebot.brain.read.pack_values import reads_values
 from voicebot.brain.read.reading import OTHER, QUESTION, Reader, Reading, is_question, rule_values
 
 
@@ -156,7 +157,9 @@ class TurnReader:
         if state.pending is not None and not values and words > 2:
             # "Could we do eight instead?": a change to the read-back the rules cannot read; a
             # question about the business ("Before I say yes, where are you?") is answered as is.
-            return intent != QUESTION
+            # Where the pack reads the language's values ("아홉 시로 될까요?"), a question in which
+            # the rules found none asks about the business.
+            return intent != QUESTION and not (reads_values(language) and is_question(text, language))
         if is_question(text, language) and not values:
             return False
         if target is None:
