@@ -652,10 +652,16 @@ def ensure_espeak_ng(stack: Stack, languages: str) -> None:
     """The voice of the profile's languages that have no piper voice (Korean: espeak-ng's,
     voicebot/tts/voices.py): installed with apt-get when root, else a line saying what to do.
     Without it the service still starts and the default voice speaks those languages."""
-    from voicebot.tts.voices import ESPEAK_DEFAULTS
+    from voicebot.tts.voices import ESPEAK_DEFAULTS, VoicesError, parse_voices
 
-    wanted = sorted({code.strip().lower() for code in languages.split(",")} & set(ESPEAK_DEFAULTS))
-    if not wanted or shutil.which("espeak-ng") or os.environ.get("TTS_VOICES"):
+    try:
+        asked = parse_voices(os.environ.get("TTS_VOICES", ""))
+    except VoicesError:
+        return  # the TTS service refuses it at its start, naming it
+    spoken = {code.strip().lower() for code in languages.split(",")}
+    wanted = sorted({code for code in spoken & set(ESPEAK_DEFAULTS) if code not in asked}
+                    | {code for code, voice in asked.items() if voice.kind == "espeak"})
+    if not wanted or shutil.which("espeak-ng"):
         return
     if os.geteuid() == 0 and shutil.which("apt-get"):
         started = stack.begin(f"installing espeak-ng (the voice for {', '.join(wanted)}) with apt-get")
