@@ -61,7 +61,7 @@ async def test_a_booking_in_one_korean_line_is_read_back_in_korean_and_booked_af
     said = await caller.say("내일 저녁 7시에 두 명 자리 예약하고 싶어요.")
     assert said == "어느 분 성함으로 예약할까요?"
     said = await caller.say("NAME입니다.")
-    read_back = f"{caller.name} 님 이름으로 12월 1일 화요일 오후 7시에 2명 테이블"
+    read_back = f"{caller.name} 님 이름으로 12월 1일 화요일 오후 일곱 시에 두 명 테이블"
     assert said == f"확인하겠습니다: {read_back}. 진행할까요?"
     assert await booked(caller) == []
     said = await caller.say("네, 맞아요.")
@@ -78,7 +78,7 @@ async def test_a_korean_booking_over_several_turns_asks_one_field_at_a_time(kore
     assert await caller.say("여덟 시 반이요.") == "몇 분이세요?"
     assert await caller.say("넷이요.") == "어느 분 성함으로 예약할까요?"
     said = await caller.say("제 이름은 NAME이에요.")
-    assert "12월 11일 금요일 오후 8시 30분에 4명" in said
+    assert "12월 11일 금요일 오후 여덟 시 30분에 네 명" in said
     await caller.say("네")
     [booking] = await booked(caller)
     assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-11", "20:30", 4)
@@ -109,7 +109,7 @@ async def test_a_korean_hedge_or_question_hears_the_read_back_again_and_books_no
     caller = make()
     await caller.say("수요일 저녁 7시에 두 명, NAME 이름으로 예약해 주세요.")
     said = await caller.say(answer)
-    assert "12월 2일 수요일 오후 7시에 2명" in said and await booked(caller) == []
+    assert "12월 2일 수요일 오후 일곱 시에 두 명" in said and await booked(caller) == []
     await caller.say("아니요")
     assert await booked(caller) == []
 

@@ -32,8 +32,13 @@ def test_speakable(text, spoken):
     assert speakable(text) == spoken
 
 
-def test_korean_text_passes_through():
-    assert speakable("7시 30분", "ko") == "7시 30분"
+@pytest.mark.parametrize(("text", "spoken"), [
+    ("7시 30분", "일곱 시 30분"), ("2명", "두 명"), ("오후 12시에 21명", "오후 열두 시에 스물한 명"),
+    ("2시간", "두 시간"), ("12월 25일", "12월 25일"), ("100명", "100명"), ("3.5시간", "3.5시간"),
+])
+def test_korean_numbers_before_native_counters_are_native_words_and_the_rest_is_the_voices(text, spoken):
+    """A voice reads digits the Sino-Korean way (칠 시); hours and counts are native (일곱 시)."""
+    assert speakable(text, "ko") == spoken
 
 
 def test_streamed_number_split_across_deltas():

@@ -39,8 +39,8 @@ def test_units_and_currencies(text, spoken):
     ("**", "en", ""),
     ("On March 3rd, a 15% discount.", "en", "On March third, a fifteen percent discount."),
     # Korean: markdown goes; numbers are left to the voice, which reads them in Korean.
-    ("**네**, 7시 30분에 예약했어요.", "ko", "네, 7시 30분에 예약했어요."),
-    ("- 창가 *자리*로 2명입니다.", "ko", "창가 자리로 2명입니다."),
+    ("**네**, 7시 30분에 예약했어요.", "ko", "네, 일곱 시 30분에 예약했어요."),
+    ("- 창가 *자리*로 2명입니다.", "ko", "창가 자리로 두 명입니다."),
     ("## 영업 시간", "ko", "영업 시간"),
     ("[메뉴](https://example.com) 보기", "ko", "메뉴 보기"),
     ("5 km 거리예요.", "ko", "5 km 거리예요."),

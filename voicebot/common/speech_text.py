@@ -1,14 +1,16 @@
 """Write numbers, times, money, ordinals and units the way people say them.
 
 Shared by the brain (its replies are for the ear) and TTS (any text it is
-given). English only; other languages pass through unchanged: a voice for
-another language (espeak-ng's Korean, for one) reads digits in its own
-language, which beats guessing Sino-Korean or native numbers here.
+given). English in full; Korean only where the voice would go wrong (native numbers before
+counters, ``speech_text_ko.py``: a voice reads other digits in its own language); other
+languages pass through unchanged.
 """
 
 from __future__ import annotations
 
 import re
+
+from voicebot.common.speech_text_ko import korean_speakable
 
 # A comma (; :) right after a letter ends a clause even at the end of the text streamed so far:
 # "Yes," is a clause whatever token comes next. After a digit it does not: "1," may be "1,000".
@@ -142,7 +144,10 @@ _RULES: list[tuple[re.Pattern[str], object]] = [
 
 
 def speakable(text: str, language: str = "en") -> str:
-    """Numbers, times, money, ordinals, percentages and units as words (English)."""
+    """Numbers, times, money, ordinals, percentages and units as words (English; Korean: the
+    numbers before native counters, ``speech_text_ko.py``)."""
+    if language.startswith("ko"):
+        return korean_speakable(text)
     if not language.startswith("en"):
         return text
     for pattern, replace in _RULES:

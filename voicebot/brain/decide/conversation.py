@@ -99,7 +99,8 @@ class Conversation:
     def _answer_to_read_back(self, state: SessionState, answer: Reply, turn: TurnFacts) -> Decision:
         pending = state.pending
         assert pending is not None
-        if answer is Reply.YES and heard_in_full(pending, turn.last_turn, turn.heard):
+        language = self.profile.languages[0]  # this conversation's: the profile is in its language
+        if answer is Reply.YES and heard_in_full(pending, turn.last_turn, turn.heard, language):
             return Run(pending)
         if answer is Reply.NO:
             state.drop_pending()

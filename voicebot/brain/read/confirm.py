@@ -91,11 +91,12 @@ def confirm_sentence(sentences: Sentences, action: PendingAction, again: bool = 
     return template.format(action=action.action)
 
 
-def _words(text: str) -> str:
-    return " ".join(re.sub(r"[^\w]+", " ", speakable(text).lower()).split())
+def _words(text: str, language: str) -> str:
+    return " ".join(re.sub(r"[^\w]+", " ", speakable(text, language).lower()).split())
 
 
-def heard_in_full(action: PendingAction, last_turn: Turn | None, report: SpokenPart | None) -> bool:
+def heard_in_full(action: PendingAction, last_turn: Turn | None, report: SpokenPart | None,
+                  language: str = "en") -> bool:
     """The read-back was the bot's last turn, and the gateway's report of that reply (what was
     played, or the text delivered to a text-only client) holds all of the action (a "yes" over
     the closing question is fine; one over the details is not). The report is the only
@@ -105,4 +106,4 @@ def heard_in_full(action: PendingAction, last_turn: Turn | None, report: SpokenP
         return False
     if report is None or report.turn_id != action.read_back_turn:
         return False
-    return f" {_words(action.action)} " in f" {_words(report.text)} "
+    return f" {_words(action.action, language)} " in f" {_words(report.text, language)} "

@@ -168,7 +168,7 @@ class TurnGate:
         if turn.state_before is not None:
             turn.history.state = turn.state_before
         turn.state.drop_pending()
-        text = speakable(urgent.text)
+        text = speakable(urgent.text, turn.language)
         turn.spoken = [text]
         turn.record["decision"] = name_of(urgent)
         return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, delta=brain_pb2.TextDelta(text=text))

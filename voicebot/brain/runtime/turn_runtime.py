@@ -300,7 +300,7 @@ class SessionRuntime(TurnGate):
         if turn.request.previous_reply.turn_id != untold.turn_id:
             return False
         said = next((t for t in reversed(turn.history.turns) if t.turn_id == untold.turn_id), None)
-        return said is not None and _said_in(untold.say, said.assistant)
+        return said is not None and _said_in(untold.say, said.assistant, turn.language)
 
 
     async def _finish(self, turn: TurnRun, outcome: str) -> tuple[brain_pb2.RespondEvent, bool]:
@@ -367,12 +367,12 @@ def _record_heard(previous: brain_pb2.SpokenPart) -> Callable[[SessionHistory], 
     return record_heard
 
 
-def _words(text: str) -> str:
-    return " ".join(re.sub(r"[^\w]+", " ", speakable(text).lower()).split())
+def _words(text: str, language: str) -> str:
+    return " ".join(re.sub(r"[^\w]+", " ", speakable(text, language).lower()).split())
 
 
-def _said_in(sentence: str, reply: str) -> bool:
+def _said_in(sentence: str, reply: str, language: str = "en") -> bool:
     """Whether ``reply`` (what the caller heard of it) holds all of ``sentence``."""
-    return _words(sentence) in _words(reply)
+    return _words(sentence, language) in _words(reply, language)
 
 
