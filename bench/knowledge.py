@@ -12,7 +12,8 @@ profile's MCP servers, brain, gateway). Each question is typed on its own call
   that does not answer the question is neither: it is counted as not unknown_said only.)
 
 Prints a table (accuracy, invented facts, reply time p50/p95 at the client) and JSON.
-``--profile`` picks one profile; ``--limit`` asks fewer questions of each kind.
+``--profile`` picks one profile; ``--limit`` asks fewer questions of each kind. A section may
+name the business and its ``language`` (``restaurant-ko``: Korean callers of the restaurant).
 """
 
 from __future__ import annotations
@@ -42,34 +43,36 @@ from voicebot.devstack import (
 QUESTIONS = ROOT / "bench/questions.yaml"
 
 
-def judge_known(reply: str, expect: list[str]) -> bool:
-    said = words(reply)
-    return any(words(fact) in said for fact in expect)
+def judge_known(reply: str, expect: list[str], language: str = "en") -> bool:
+    said = words(reply, language)
+    return any(words(fact, language) in said for fact in expect)
 
 
-def judge_unknown(reply: str, unknown_sentence: str) -> bool:
-    return words(reply).startswith(words(unknown_sentence))
+def judge_unknown(reply: str, unknown_sentence: str, language: str = "en") -> bool:
+    return words(reply, language).startswith(words(unknown_sentence, language))
 
 
-def spoken_knowledge(profile: Profile) -> list[str]:
+def spoken_knowledge(profile: Profile, language: str = "en") -> list[str]:
     """Every passage of the profile's knowledge as the bot would speak it, in judged words."""
     passages = load_passages(profile.knowledge, Path(profile.base_dir or "."))
-    return [words(for_the_ear(p.text)) for p in passages]
+    return [words(for_the_ear(p.text, language), language) for p in passages]
 
 
-def invented(reply: str, profile: Profile, known: list[str]) -> bool:
+def invented(reply: str, profile: Profile, known: list[str], language: str = "en") -> bool:
     """The reply states something that is neither code's own words (the unknown-fact sentence and
     what the bot can do, the guard's blocked sentence, a task's question) nor a passage of the
     business's knowledge."""
-    said = words(reply)
-    if said.startswith(words(profile.sentences.unknown_fact)) or said == words(profile.sentences.blocked):
+    said = words(reply, language)
+    if said.startswith(words(profile.sentences.unknown_fact, language)) \
+            or said == words(profile.sentences.blocked, language):
         return False  # code's own sentences: nothing is stated
-    questions = [words(f.ask) for task in profile.tasks.values() for f in task.fields.values() if f.ask]
+    questions = [words(f.ask, language) for task in profile.tasks.values() for f in task.fields.values()
+                 if f.ask]
     return not any(said in passage for passage in known) and said not in questions
 
 
-async def ask(ws_url: str, question: str) -> tuple[str, float]:
-    async with Conversation(ws_url, TOKEN) as call:
+async def ask(ws_url: str, question: str, language: str = "en") -> tuple[str, float]:
+    async with Conversation(ws_url, TOKEN, language) as call:
         started = time.perf_counter()
         reply, _ = await call.turn(question)
         return reply, time.perf_counter() - started
@@ -78,9 +81,10 @@ async def ask(ws_url: str, question: str) -> tuple[str, float]:
 async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm_url: str,
                         llm_env: dict[str, str], redis_url: str, limit: int | None) -> dict[str, Any]:
     questions = yaml.safe_load(QUESTIONS.read_text())[profile]
-    business = load_profile(profile)
-    unknown_sentence, known_words = business.sentences.unknown_fact, spoken_knowledge(business)
-    _, brain_env = start_mcp_servers(stack, profile, {})
+    name, language = questions.get("profile", profile), questions.get("language", "en")
+    business = load_profile(name).in_language(language)
+    unknown_sentence, known_words = business.sentences.unknown_fact, spoken_knowledge(business, language)
+    _, brain_env = start_mcp_servers(stack, name, {})
     stt, tts = speech
     _, gateway = start_brain_and_gateway(
         stack, redis_url=redis_url, llm_base_url=llm_url, tokens=f"{TOKEN}=bench", stt=stt, tts=tts,
@@ -88,15 +92,15 @@ async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm
     ws_url = f"ws://127.0.0.1:{gateway.ready['http']}/v1/call"
     rows: list[dict[str, Any]] = []
     for item in questions["known"][:limit]:
-        reply, seconds = await ask(ws_url, item["q"])
+        reply, seconds = await ask(ws_url, item["q"], language)
         rows.append({"kind": "known", "q": item["q"], "reply": reply, "s": round(seconds, 2),
-                     "ok": judge_known(reply, item["expect"])})
+                     "ok": judge_known(reply, item["expect"], language)})
         _print(profile, rows[-1])
     for question in questions["unknown"][:limit]:
-        reply, seconds = await ask(ws_url, question)
+        reply, seconds = await ask(ws_url, question, language)
         rows.append({"kind": "unknown", "q": question, "reply": reply, "s": round(seconds, 2),
-                     "ok": judge_unknown(reply, unknown_sentence),
-                     "invented": invented(reply, business, known_words)})
+                     "ok": judge_unknown(reply, unknown_sentence, language),
+                     "invented": invented(reply, business, known_words, language)})
         _print(profile, rows[-1])
     return summary(profile, rows)
 

@@ -20,6 +20,7 @@ from tests.integration.test_restaurant_dialogs import (  # noqa: F401  (fixtures
     restaurant,
 )
 from voicebot.brain.read.confirm import Answer, answer_to_read_back
+from voicebot.brain.read.multilingual_encoder import UseMultilingualEncoder
 from voicebot.devstack import ROOT
 from voicebot.v1 import brain_pb2
 
@@ -42,12 +43,17 @@ class KoreanCaller(Caller):
         return "".join(e.delta.text for e in self.events if e.WhichOneof("event") == "delta")
 
 
+@pytest.fixture(scope="module")
+def multilingual():
+    return UseMultilingualEncoder()  # as the brain reads a Korean caller's turns (brain/startup.py)
+
+
 @pytest.fixture
-def korean(restaurant):  # noqa: F811  (the restaurant dialogues' fixture)
+def korean(restaurant, multilingual):  # noqa: F811  (the restaurant dialogues' fixture)
     make, booked, _ = restaurant
 
     def make_korean() -> KoreanCaller:
-        caller = make()
+        caller = make(encoders_in={"ko": multilingual})
         korean_caller = KoreanCaller(caller.agent)
         caller.name = korean_caller.name  # the fixture cancels what this name booked
         return korean_caller

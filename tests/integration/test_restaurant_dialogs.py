@@ -97,11 +97,11 @@ async def restaurant(reservations_url, redis_url, scripted_llm, monkeypatch, enc
 
     callers: list[Caller] = []
 
-    def make(guard: bool = False) -> Caller:
+    def make(guard: bool = False, **parts) -> Caller:
         settings = BrainSettings(llm_base_url=scripted_llm.base_url)
         agent = Agent(settings, chat, SessionStore(redis, 60), tools=registry, profile=profile,
                       guard=TopicGuard(chat, profile.purpose) if guard else None,
-                      encoder=encoder, today=lambda: dt.date.fromisoformat(TODAY))
+                      encoder=encoder, today=lambda: dt.date.fromisoformat(TODAY), **parts)
         callers.append(Caller(agent))
         return callers[-1]
 

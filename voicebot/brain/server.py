@@ -8,7 +8,6 @@ import contextvars
 import datetime
 import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,21 +17,24 @@ from redis.exceptions import RedisError
 
 from voicebot.brain.act.toolbox import build_registry
 from voicebot.brain.act.tools import ToolRegistry
-from voicebot.brain.business.knowledge import KnowledgeIndex, open_knowledge
+from voicebot.brain.business.knowledge import KnowledgeIndex
 from voicebot.brain.business.profile import Profile, ProfileError, load_profile
 from voicebot.brain.business.tasks import TaskError
 from voicebot.brain.config import BrainSettings
 from voicebot.brain.llm import OpenAIChatClient
 from voicebot.brain.read.guard import TopicGuard
-from voicebot.brain.read.guard_screen import ExampleScreen
 from voicebot.brain.read.sentence_encoder import (
-    CachingEncoder,
-    EncoderUnavailable,
-    MiniLMEncoder,
     SentenceEncoder,
 )
 from voicebot.brain.runtime.agent import Agent
 from voicebot.brain.runtime.session_store import ReadAhead, SessionStore
+from voicebot.brain.startup import (
+    OtherLanguages,
+    guard_screen,
+    knowledge_in_languages,
+    knowledge_index,
+    sentence_encoder,
+)
 from voicebot.common import event_loop
 from voicebot.common.grpc_server import IdleCalls, serve_forever
 from voicebot.common.logs import setup_logging
@@ -235,7 +237,8 @@ def chat_client(settings: BrainSettings, base_url: str, temperature: float,
 
 
 def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry,
-                knowledge: KnowledgeIndex | None = None, encoder: SentenceEncoder | None = None
+                knowledge: KnowledgeIndex | None = None, encoder: SentenceEncoder | None = None,
+                others: OtherLanguages | None = None,
                 ) -> tuple[Agent, list[OpenAIChatClient], aioredis.Redis]:
     chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature, settings.llm_extra_body)
     clients = [chat]
@@ -258,52 +261,10 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry,
     pinned = settings.today
     agent = Agent(settings, chat, store, tools=tools, guard=guard, profile=profile, side_chat=side_chat,
                   knowledge=knowledge, encoder=encoder,
+                  knowledge_in=others.knowledge if others else None,
+                  encoders_in=others.encoders if others else None,
                   today=(lambda: pinned) if pinned else datetime.date.today)
     return agent, clients, redis
-
-
-def sentence_encoder(settings: BrainSettings, profile: Profile) -> SentenceEncoder | None:
-    """The packaged sentence encoder (the guard's screen, the task picker, the knowledge index).
-    Missing: a profile with knowledge cannot start; without knowledge the brain runs on rules
-    and the model, and the log says why."""
-    try:
-        # One turn's words are encoded once for the picker, the screens and the knowledge search.
-        return CachingEncoder(MiniLMEncoder(settings.guard_encoder_dir or None))
-    except EncoderUnavailable as exc:
-        if profile.knowledge.faq or profile.knowledge.files:
-            raise ProfileError(f"knowledge: the sentence encoder is needed: {exc}") from None
-        log.warning("sentence encoder unavailable: %s", exc)
-        return None
-
-
-LEXICAL_FLOOR = 0.3
-
-
-async def knowledge_index(profile: Profile, encoder: SentenceEncoder | None) -> KnowledgeIndex | None:
-    """The profile's knowledge in its index (embedded, or the Qdrant server it names), with
-    retrieval started early on the caller's words so far."""
-    settings = profile.knowledge
-    if encoder is None or not (settings.faq or settings.files):
-        return None
-    # The index returns passages down to LEXICAL_FLOOR; the brain keeps those below the profile's
-    # min_score only when they share the question's own words (answers.shares_words).
-    floor = settings.model_copy(update={"min_score": min(settings.min_score, LEXICAL_FLOOR)})
-    index = await open_knowledge(floor, Path(profile.base_dir or "."), encoder)
-    log.info("knowledge ready", extra={"store": settings.store_url or "embedded"})
-    return index
-
-
-def guard_screen(settings: BrainSettings, profile: Profile,
-                 encoder: SentenceEncoder | None) -> ExampleScreen | None:
-    """The profile's quick screen, or None (no examples, turned off, or no encoder: then the LLM
-    guard judges every screened turn, as without a screen)."""
-    screen = profile.guard.screen
-    if not settings.guard_screen or not screen.examples or encoder is None:
-        return None
-    result = ExampleScreen.from_settings(encoder, screen)
-    log.info("guard screen ready", extra={"encoder": encoder.name, "examples": len(result.examples),
-                                          "block_examples": len(result.block_examples)})
-    return result
 
 
 def startup_profile(settings: BrainSettings) -> Profile:
@@ -316,8 +277,10 @@ async def run(settings: BrainSettings) -> None:
     tools, sources = await build_registry(profile, settings.mcp_connect_wait_s)
     encoder = sentence_encoder(settings, profile)
     knowledge = await knowledge_index(profile, encoder)
+    others = await knowledge_in_languages(profile, encoder)
+    profile = others.profile
     try:
-        agent, clients, redis = build_agent(settings, profile, tools, knowledge, encoder)
+        agent, clients, redis = build_agent(settings, profile, tools, knowledge, encoder, others)
     except TaskError as exc:
         raise ProfileError(str(exc)) from None
     await redis.ping()  # fail at start, not at the first turn, when Redis is missing
@@ -336,8 +299,9 @@ async def run(settings: BrainSettings) -> None:
         for source in sources:
             await source.aclose()
         await redis.aclose()
-        if knowledge is not None:
-            await knowledge.aclose()
+        for index in [knowledge, *others.knowledge.values()]:
+            if index is not None:
+                await index.aclose()
         shutdown_tracing()
 
     # Before serving: the first caller then finds the prompt prefix cached. Bounded, so an

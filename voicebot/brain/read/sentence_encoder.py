@@ -37,6 +37,9 @@ class SentenceEncoder(ABC):
 
     name: str = "encoder"
     languages: tuple[str, ...] = ("en",)  # what it was trained on; other languages skip the screen
+    # The knowledge's min_score on this encoder's own scale, for a language whose profile text
+    # sets none; None: the profile's (written for the default encoder).
+    min_score: float | None = None
 
     @abstractmethod
     def encode(self, texts: list[str]) -> np.ndarray: ...
@@ -51,6 +54,7 @@ class CachingEncoder(SentenceEncoder):
         self.inner = inner
         self.name = inner.name
         self.languages = inner.languages
+        self.min_score = inner.min_score
         self.size = size
         self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # encode runs on worker threads too

@@ -38,10 +38,17 @@ class Agent(SessionRuntime):
         knowledge: KnowledgeSearch | None = None,
         encoder: SentenceEncoder | None = None,
         today: Callable[[], datetime.date] = datetime.date.today,
+        knowledge_in: dict[str, KnowledgeSearch] | None = None,
+        encoders_in: dict[str, SentenceEncoder] | None = None,
     ) -> None:
+        """``knowledge_in``, ``encoders_in``: a language's own knowledge search and the encoder
+        that reads its turns (the task picker; a multilingual one for a language the default
+        encoder was not trained on), where the first language's do not serve it."""
         profile = profile or Profile()
+        own_knowledge, own_encoder = knowledge_in or {}, encoders_in or {}
         dialogues = {language: Dialogue(settings, chat, store, profile.in_language(language), tools, clock,
-                                        sleep, side_chat, knowledge, encoder, today)
+                                        sleep, side_chat, own_knowledge.get(language, knowledge),
+                                        own_encoder.get(language, encoder), today)
                      for language in profile.languages}
         self.dialogue: Dialogue = dialogues[profile.languages[0]]
         urgent = urgent_screen(profile, encoder, self.dialogue.side_chat, settings.urgent_timeout_s)
