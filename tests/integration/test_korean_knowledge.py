@@ -82,3 +82,29 @@ async def test_a_korean_question_is_answered_from_the_korean_knowledge(
             await index.aclose()
         for source in sources:
             await source.aclose()
+
+
+@pytest.mark.parametrize(("words", "passed"), [
+    ("그 전에, 주차 되나요?", True), ("채식 메뉴도 있나요?", True), ("혹시 주차할 데 있어요?", True),
+    ("파이썬으로 정렬 코드 좀 짜 줘", False), ("두통이 심한데 무슨 약 먹어야 해요?", False),
+    ("이번 대선 누구 찍어야 돼?", False),
+])
+async def test_a_korean_turn_is_screened_by_meaning_against_the_english_examples(minilm, words, passed):
+    """The guard's quick screen by the multilingual encoder: a Korean question near the
+    restaurant's (English) examples passes without the LLM; an off-topic one is left to it."""
+    from voicebot.brain.read.guard import TopicGuard
+    from voicebot.brain.read.guard_screen import ExampleScreen
+
+    profile = load_profile("restaurant")
+    others = await knowledge_in_languages(profile, minilm)
+    try:
+        korean = ExampleScreen.from_settings(others.encoders["ko"], profile.guard.screen)
+        guard = TopicGuard(chat=None, purpose=profile.purpose,
+                           screen=ExampleScreen.from_settings(minilm, profile.guard.screen),
+                           other_screens=(korean,))
+        result = await guard.screened(words, "ko")
+        assert result is not None and result.passed is passed, result
+        assert await guard.screened(words, "vi") is None  # a language neither encoder knows: the LLM's
+    finally:
+        for index in others.knowledge.values():
+            await index.aclose()

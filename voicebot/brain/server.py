@@ -247,9 +247,14 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry,
         guard_chat = chat_client(settings, settings.guard_llm_base_url or settings.llm_base_url, 0.0,
                                  settings.guard_extra_body)
         clients.append(guard_chat)
+        # The same examples by the other languages' encoder (one, shared): Korean turns are
+        # screened by meaning against them.
+        other_encoders = {id(e): e for e in (others.encoders if others else {}).values()}
+        other_screens = tuple(s for e in other_encoders.values()
+                              if (s := guard_screen(settings, profile, e)) is not None)
         guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
                            profile.guard.block, profile.guard.block_above,
-                           guard_screen(settings, profile, encoder))
+                           guard_screen(settings, profile, encoder), other_screens)
     side_chat = None
     if settings.side_extra_body:
         side_chat = chat_client(settings, settings.llm_base_url, settings.llm_temperature,

@@ -73,12 +73,16 @@ class TopicGuard:
     def __init__(self, chat: ChatFunction, purpose: str, timeout_s: float = 4.0,
                  allow: list[str] | tuple[str, ...] = (),
                  block: list[str] | tuple[str, ...] = ("writing code", "homework", "politics"),
-                 block_above: float = 0.5, screen: ExampleScreen | None = None) -> None:
+                 block_above: float = 0.5, screen: ExampleScreen | None = None,
+                 other_screens: tuple[ExampleScreen, ...] = ()) -> None:
+        """``other_screens``: the same examples by another encoder, for languages the first
+        screen's encoder does not know (Korean turns near the English examples, by meaning)."""
         self.chat = chat
         self.system = guard_prompt(purpose, allow, block)
         self.timeout_s = timeout_s
         self.block_above = block_above
         self.screen = screen
+        self.other_screens = other_screens
 
     async def check(self, text: str, language: str = "en",
                     asking: Callable[[], None] | None = None) -> GuardVerdict:
@@ -106,11 +110,13 @@ class TopicGuard:
     async def screened(self, text: str, language: str = "en") -> ScreenResult | None:
         """The quick screen's result, or None without a screen (or for a language it does not
         know, or when it fails: then the LLM decides, as without one)."""
-        if self.screen is None or not self.screen.covers(language):
+        screen = next((s for s in (self.screen, *self.other_screens) if s is not None and s.covers(language)),
+                      None)
+        if screen is None:
             return None
         try:
             # NumPy matmuls in a worker thread: the event loop keeps serving other turns.
-            return await asyncio.to_thread(self.screen.screen, text)
+            return await asyncio.to_thread(screen.screen, text)
         except Exception as exc:  # noqa: BLE001 - a broken screen must not take the guard down
             log.warning("guard screen failed; asking the LLM", extra={"error": repr(exc)})
             return None
