@@ -54,6 +54,7 @@ async def test_korean_knowledge_gets_its_own_index_and_min_score(minilm):
     ("혹시 주차할 데 있어요?", "주차장은 없습니다"),
     ("채식 메뉴도 있나요?", "채식"),
     ("강아지 데리고 가도 돼요?", "강아지"),
+    ("공휴일에도 영업하세요? 몇 시에 열어요?", "오후 여섯 시부터"),  # the question word mid-sentence
 ])
 async def test_a_korean_question_is_answered_from_the_korean_knowledge(
         minilm, redis_url, scripted_llm, reservations_url, monkeypatch, question, answer_holds):  # noqa: F811

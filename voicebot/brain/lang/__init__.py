@@ -45,6 +45,9 @@ class Questions(_Strict):
     starts: list[str] = []  # words that start a question
     anywhere: list[str] = []  # words anywhere that make a question
     about_business: list[str] = []  # a question about the business starts so ...
+    # ... or holds them anywhere, in a language that asks with the question word mid-sentence
+    # ("거기 저녁에 몇 시에 문 열어요?")
+    about_business_anywhere: bool = False
     about_caller: list[str] = []  # ... unless the words name the caller's own
     request_starts: list[str] = []  # a request to the bot starts so
     requests: list[str] = []  # or holds these

@@ -20,7 +20,7 @@ from typing import Any
 from voicebot.brain.business.tasks import FieldSpec
 from voicebot.brain.decide.carry import asks_for_the_same
 from voicebot.brain.decide.state import FormState, SessionState
-from voicebot.brain.lang import pack_or_default
+from voicebot.brain.lang import LanguagePack, pack_or_default
 from voicebot.brain.read.confirm import Answer, answer_to_read_back
 from voicebot.brain.read.dialog import asks_for_human
 from voicebot.brain.read.pack_values import reads_values
@@ -40,7 +40,7 @@ class _ActWords:
 def _act_words(language: str) -> _ActWords:
     """The language pack's words (``lang/``) as the shapes of dialogue acts."""
     pack = pack_or_default(language)
-    acts, asked, phrases, word = pack.acts, pack.questions, pack.phrases, pack.word
+    acts, phrases, word = pack.acts, pack.phrases, pack.word
     thanks = rf"^(?:(?:{phrases(acts.thanks_lead)}),?\s+)?{word(phrases(acts.thanks))}"
     not_names = "|".join(re.escape(w) for w in pack.names.not_names) or r"(?!x)x"
     return _ActWords(
@@ -48,9 +48,18 @@ def _act_words(language: str) -> _ActWords:
         closing=re.compile(rf"{thanks}|^{word(phrases(acts.no_more))}", re.I),
         name_lead=re.compile(word(phrases(pack.names.leads)) + r"\s+\w", re.I),
         name_like=re.compile(rf"(?<!^)(?<![.?!]\s)\b(?!(?:{not_names})\b)[A-Z][a-z]+"),
-        about_business=re.compile(
-            rf"^{word(phrases(asked.about_business))}(?!.*{word(phrases(asked.about_caller))})", re.I),
+        about_business=_about_business(pack),
     )
+
+
+def _about_business(pack: LanguagePack) -> re.Pattern[str]:
+    """"Where is the salon?" (the question words first) or "거기 몇 시에 열어요?" (anywhere, where
+    the pack says so), and none of the words that make it the caller's own ("my appointment")."""
+    asked, phrases, word = pack.questions, pack.phrases, pack.word
+    business, caller = word(phrases(asked.about_business)), word(phrases(asked.about_caller))
+    if asked.about_business_anywhere:
+        return re.compile(rf"^(?!.*{caller}).*?{business}", re.I)
+    return re.compile(rf"^{business}(?!.*{caller})", re.I)
 
 
 # A question starts a task only this close to the task's examples ("Can I book a table?" ~0.84).
