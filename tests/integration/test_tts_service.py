@@ -418,10 +418,10 @@ async def test_text_is_normalised_but_reported_as_written(scripted_tts):
                                   "Two people at seven thirty p m."]
 
 
-async def test_korean_text_keeps_its_numbers(scripted_tts):
+async def test_korean_hours_and_counts_are_said_with_native_numbers_and_the_rest_kept(scripted_tts):
     addr, engine = scripted_tts
     await synthesize(addr, ["**네**, 7시 30분에 2명 예약했어요. 감사합니다!"], language="ko")
-    assert engine.split_texts == ["네, 7시 30분에 2명 예약했어요.", "감사합니다!"]
+    assert engine.split_texts == ["네, 일곱 시 30분에 두 명 예약했어요.", "감사합니다!"]
 
 
 @pytest.mark.parametrize("scripted_tts", [BlockingEngine], indirect=True)
