@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import random
-import re
 import signal
 import string
 import sys
@@ -40,7 +39,7 @@ from bench.stats import percentile
 from voicebot.brain.act.mcp_tools import McpToolSource, tool_value
 from voicebot.brain.read.confirm import Answer, answer_to_read_back
 from voicebot.brain.speak.readback import render
-from voicebot.common.speech_text import speakable
+from voicebot.common.speech_text import spoken_words
 from voicebot.devstack import (
     ROOT,
     Stack,
@@ -84,7 +83,7 @@ def fill(value: Any, **names: str) -> Any:
 
 
 def words(text: str, language: str = "en") -> str:
-    return " ".join(re.sub(r"[\W_]+", " ", speakable(text, language).lower()).split())
+    return spoken_words(text, language)
 
 
 class Judge:

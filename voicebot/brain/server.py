@@ -249,9 +249,9 @@ def build_agent(settings: BrainSettings, profile: Profile, tools: ToolRegistry,
         clients.append(guard_chat)
         # The same examples by the other languages' encoder (one, shared): Korean turns are
         # screened by meaning against them.
-        other_encoders = {id(e): e for e in (others.encoders if others else {}).values()}
-        other_screens = tuple(s for e in other_encoders.values()
-                              if (s := guard_screen(settings, profile, e)) is not None)
+        other_encoders = dict.fromkeys(others.encoders.values()) if others else {}
+        other_screens = tuple(screen for e in other_encoders
+                              if (screen := guard_screen(settings, profile, e)) is not None)
         guard = TopicGuard(guard_chat, profile.purpose, profile.guard.timeout_s, profile.guard.allow,
                            profile.guard.block, profile.guard.block_above,
                            guard_screen(settings, profile, encoder), other_screens)

@@ -153,3 +153,9 @@ def speakable(text: str, language: str = "en") -> str:
     for pattern, replace in _RULES:
         text = pattern.sub(replace, text)  # type: ignore[arg-type]
     return text
+
+
+def spoken_words(text: str, language: str = "en") -> str:
+    """The words as heard, for comparing what was said with what was played: spoken forms,
+    lower case, punctuation gone ("7 pm." and "seven p m" give the same words)."""
+    return " ".join(re.sub(r"[\W_]+", " ", speakable(text, language).lower()).split())

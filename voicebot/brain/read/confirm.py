@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from voicebot.brain.lang import pack_or_default
-from voicebot.common.speech_text import speakable
+from voicebot.common.speech_text import spoken_words
 
 if TYPE_CHECKING:
     from voicebot.brain.business.profile import Sentences
@@ -91,10 +91,6 @@ def confirm_sentence(sentences: Sentences, action: PendingAction, again: bool = 
     return template.format(action=action.action)
 
 
-def _words(text: str, language: str) -> str:
-    return " ".join(re.sub(r"[^\w]+", " ", speakable(text, language).lower()).split())
-
-
 def heard_in_full(action: PendingAction, last_turn: Turn | None, report: SpokenPart | None,
                   language: str = "en") -> bool:
     """The read-back was the bot's last turn, and the gateway's report of that reply (what was
@@ -106,4 +102,4 @@ def heard_in_full(action: PendingAction, last_turn: Turn | None, report: SpokenP
         return False
     if report is None or report.turn_id != action.read_back_turn:
         return False
-    return f" {_words(action.action, language)} " in f" {_words(report.text, language)} "
+    return f" {spoken_words(action.action, language)} " in f" {spoken_words(report.text, language)} "

@@ -41,9 +41,13 @@ def number_words(settings: Any, language: str = "en") -> NumberWords | None:
     the caller's word and the space before it may be left out."""
     pack = pack_or_default(language)
     gap, end = (r"\s+", r"\b") if pack.word_boundaries else (r"\s*", "")
-    counts, said_as = _alternation(settings.counts, gap), settings.said_as
-    more_words, fewer_words = _alternation(pack.counting.more, gap), _alternation(pack.counting.fewer, gap)
-    another = _alternation(pack.counting.another, gap)
+
+    def compared(words: list[str]) -> str:
+        return _alternation(words, gap, language)
+
+    counts, said_as = compared(settings.counts), settings.said_as
+    more_words, fewer_words = compared(pack.counting.more), compared(pack.counting.fewer)
+    another = compared(pack.counting.another)
     if not (counts or said_as or settings.words_for or settings.more or settings.fewer):
         return None
     phrases = [re.escape(p.strip().lower()).replace(re.escape("{n}"), r"(\d{1,4})") for p in said_as]
@@ -58,14 +62,14 @@ def number_words(settings: Any, language: str = "en") -> NumberWords | None:
     if counts and more_words:  # "두 명 더": the number, what it counts, then the word for more
         more.append(rf"\b(\d{{1,2}}){gap}(?:{counts}){gap}(?:{more_words}){end}")
     if settings.more:
-        more.append(rf"\b(?:{_alternation(settings.more, gap, language)}){end}")
+        more.append(rf"\b(?:{compared(settings.more)}){end}")
     if settings.fewer:
-        fewer.append(rf"\b(?:{_alternation(settings.fewer, gap, language)}){end}")
+        fewer.append(rf"\b(?:{compared(settings.fewer)}){end}")
     return NumberWords(
         counted=re.compile(rf"\b(\d{{1,4}}){gap}(?:{counts}){end}") if counts else None,
         said_as=re.compile(r"\b(?:" + "|".join(phrases) + rf"){end}") if phrases else None,
-        words_for=tuple((re.compile(rf"\b(?:{_alternation(words, gap, language)}){end}"), int(n))
-                        for n, words in settings.words_for.items() if _alternation(words)),
+        words_for=tuple((re.compile(rf"\b(?:{compared(words)}){end}"), int(n))
+                        for n, words in settings.words_for.items() if compared(words)),
         more=re.compile("|".join(more)) if more else None,
         fewer=re.compile("|".join(fewer)) if fewer else None,
         language=language,

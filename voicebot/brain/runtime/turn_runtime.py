@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol
@@ -40,7 +39,7 @@ from voicebot.brain.runtime.session_store import ReadAhead, SessionHistory, Sess
 from voicebot.brain.runtime.turn_gate import TurnGate
 from voicebot.brain.runtime.turn_run import StaleRead, TurnRun
 from voicebot.common.metrics import REDIS_ERRORS
-from voicebot.common.speech_text import speakable
+from voicebot.common.speech_text import spoken_words
 from voicebot.common.telemetry import tracer
 from voicebot.v1 import brain_pb2
 
@@ -367,12 +366,8 @@ def _record_heard(previous: brain_pb2.SpokenPart) -> Callable[[SessionHistory], 
     return record_heard
 
 
-def _words(text: str, language: str) -> str:
-    return " ".join(re.sub(r"[^\w]+", " ", speakable(text, language).lower()).split())
-
-
 def _said_in(sentence: str, reply: str, language: str = "en") -> bool:
     """Whether ``reply`` (what the caller heard of it) holds all of ``sentence``."""
-    return _words(sentence, language) in _words(reply, language)
+    return spoken_words(sentence, language) in spoken_words(reply, language)
 
 
