@@ -11,4 +11,9 @@ done
 echo "==> ruff"
 "$VENV/bin/ruff" check .
 echo "==> pytest"
-exec "$VENV/bin/python" -m pytest -q "$@"
+# Whole files per worker (their module fixtures start once); TEST_WORKERS=0 runs in this process.
+workers=${TEST_WORKERS:-3}
+if [ "$workers" = 0 ]; then
+  exec "$VENV/bin/python" -m pytest -q "$@"
+fi
+exec "$VENV/bin/python" -m pytest -q -n "$workers" --dist loadfile "$@"

@@ -24,7 +24,10 @@ from voicebot.devstack import (
 )
 
 TOKENS = "tok-alice=alice,tok-bob=bob"
-LOG_ROOT = Path(os.environ.get("VOICEBOT_TEST_LOGS", "/tmp/voicebot-test-logs"))
+# Each pytest-xdist worker (PYTEST_XDIST_WORKER: gw0, gw1, ...) starts its own session fixtures:
+# their logs and pid files go under a folder of the worker's own.
+LOG_ROOT = Path(os.environ.get("VOICEBOT_TEST_LOGS", "/tmp/voicebot-test-logs")) / os.environ.get(
+    "PYTEST_XDIST_WORKER", "")
 # Internal gRPC calls are authenticated in tests as in production: one token for the session,
 # in this process's environment (in-process servers and clients) and every child's.
 INTERNAL_TOKEN = ensure_internal_token()
@@ -117,3 +120,16 @@ def services(redis_url, fake_llm):
                                                    "brain": brain.ready["metrics"]})
     finally:
         stack.stop()
+
+
+# The suites that start whole stacks come first: with pytest-xdist's `--dist loadfile` (scripts/test.sh)
+# the workers take them early and the many short unit files fill the gaps at the end, instead of one
+# worker starting a stack while the others have nothing left to do.
+_FIRST = ("e2e", "faults", "browser", "observability", "reliability", "deploy", "integration")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    def rank(item) -> int:
+        parts = item.nodeid.split("/")
+        return _FIRST.index(parts[1]) if len(parts) > 2 and parts[1] in _FIRST else len(_FIRST)
+    items.sort(key=rank)  # stable: a file's tests keep their order

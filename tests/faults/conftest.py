@@ -32,6 +32,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         return
     terminalreporter.write_sep("=", "fault table")
     terminalreporter.write_line(fault_table())
-    LOG_ROOT.mkdir(parents=True, exist_ok=True)
-    (LOG_ROOT / "faults.json").write_text(json.dumps(RESULTS, indent=2))
     terminalreporter.write_line(f"(JSON: {LOG_ROOT / 'faults.json'})")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Written where the tests ran: under pytest-xdist a worker holds the results (in its own
+    LOG_ROOT), and the controller, which prints the summary, has none."""
+    if RESULTS:
+        LOG_ROOT.mkdir(parents=True, exist_ok=True)
+        (LOG_ROOT / "faults.json").write_text(json.dumps(RESULTS, indent=2))

@@ -265,7 +265,8 @@ async def test_twilio_bad_input_is_counted_and_the_call_goes_on(services, script
     assert after - before >= 3
 
 
-@pytest.mark.parametrize("url_secret, param_secret", [("wrong", TWILIO_SECRET), (None, "wrong")])
+@pytest.mark.parametrize("url_secret, param_secret", [("wrong", TWILIO_SECRET), (None, "wrong")],
+                         ids=["wrong-in-url", "wrong-in-parameters"])
 async def test_twilio_without_the_secret_is_refused(services, url_secret, param_secret):
     # A wrong secret in the URL is refused before the socket takes anything (its `start` may not
     # even be sent); one in the custom parameter at its `start`.

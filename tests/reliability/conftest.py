@@ -17,6 +17,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_line(f"{scenario}:")
         for key, value in record.items():
             terminalreporter.write_line(f"    {key}: {value}")
-    LOG_ROOT.mkdir(parents=True, exist_ok=True)
-    (LOG_ROOT / "reliability.json").write_text(json.dumps(RESULTS, indent=2, default=str))
     terminalreporter.write_line(f"(JSON: {LOG_ROOT / 'reliability.json'})")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Written where the tests ran: under pytest-xdist a worker holds the results (in its own
+    LOG_ROOT), and the controller, which prints the summary, has none."""
+    if RESULTS:
+        LOG_ROOT.mkdir(parents=True, exist_ok=True)
+        (LOG_ROOT / "reliability.json").write_text(json.dumps(RESULTS, indent=2, default=str))
