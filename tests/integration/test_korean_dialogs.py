@@ -138,3 +138,14 @@ async def test_the_korean_bench_dialogues_are_carried_by_the_pack_alone(korean, 
     wanted = [{k: str(v) for k, v in w.items()} for w in dialog["expect"]]
     got = [{k: str(b[k]) for k in ("people", "weekday", "time")} for b in await booked(caller)]
     assert sorted(got, key=str) == sorted(wanted, key=str)
+
+
+async def test_a_korean_party_larger_than_any_table_hears_the_reason_in_korean_not_the_servers_english(
+        korean):
+    """The reservation server refuses in English; the profile's rule for that error has a Korean
+    sentence (translations.ko.tool_errors), and no English reaches a Korean caller."""
+    make, booked = korean
+    caller = make()
+    said = await caller.say("수요일 저녁 7시에 여섯 명, NAME 이름으로 예약해 주세요.")
+    assert "가장 큰 테이블이 네 분까지" in said, said
+    assert "table" not in said.lower() and await booked(caller) == []

@@ -201,6 +201,14 @@ async def test_an_impossible_time_gets_the_free_times_offered_and_one_is_taken(r
     assert booking["time"] == "21:30"
 
 
+async def test_a_party_larger_than_any_table_hears_the_restaurants_own_reason(restaurant):
+    make, booked, _ = restaurant
+    caller = make()
+    said = await caller.say("A table for six on Wednesday at seven pm under NAME.")
+    assert "our largest table seats four people, so we cannot book a table for six" in said.lower(), said
+    assert await booked(caller) == []
+
+
 async def test_a_caller_who_never_says_yes_gets_nothing_booked(restaurant):
     make, booked, _ = restaurant
     caller = make()

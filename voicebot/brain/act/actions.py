@@ -27,7 +27,7 @@ from voicebot.brain.act.tools import Dispatcher, Tool, ToolContext, ToolResult
 from voicebot.brain.business.profile import Sentences
 from voicebot.brain.business.references import IDEMPOTENCY_KEY, References
 from voicebot.brain.decide.state import Outcome, PendingAction, SessionState
-from voicebot.brain.decide.tool_errors import classify, error_text
+from voicebot.brain.decide.tool_errors import classify, error_text, said_in
 from voicebot.brain.runtime.session_lease import Lease, LeaseLost
 from voicebot.brain.runtime.session_store import SessionHistory, SessionStore
 from voicebot.brain.speak.readback import default_action, render, sentence
@@ -51,9 +51,14 @@ class WriteOutcome:
 
 class Actions:
     def __init__(self, dispatcher: Dispatcher, references: References, sentences: Sentences,
-                 store: SessionStore, language: str = "en") -> None:
+                 store: SessionStore, language: str = "en",
+                 errors: dict[str, dict[str, Any]] | None = None, server_words: bool = True) -> None:
         self.dispatcher = dispatcher
         self.language = language  # whose words values are said in
+        # Per tool, the profile's meanings of its errors in this language (default: the tool's own).
+        self.errors = errors
+        # The tool servers' own sentences may be said: the call is in their (the business's) language.
+        self.server_words = server_words
         self.references = references
         self.sentences = sentences
         self.store = store
@@ -148,14 +153,16 @@ class Actions:
         if result.outcome == "unavailable":  # the server was unreachable: provably not done
             state.failed(f"not done ({action.action}): the tool server is unavailable")
             return WriteOutcome("unavailable", self.sentences.tool_unavailable, result=result)
-        problem = classify(result, action.args, tool.spec.errors)
+        rules = tool.spec.errors if self.errors is None else self.errors.get(action.tool)
+        problem = classify(result, action.args, rules)
         if problem.kind in ("refusal", "field"):  # the business said no, by its convention: nothing done
             reason = error_text(result) or result.outcome
             state.failed(f"refused, nothing done: {action.action} ({reason})")
+            told = said_in(problem, self.server_words)
             if problem.kind == "field":
-                return WriteOutcome("field", self.sentences.not_done, note=problem.say,
-                                    field=problem.field, result=result)
-            say = " ".join(filter(None, [self.sentences.not_done, problem.say]))
+                return WriteOutcome("field", self.sentences.not_done, note=told, field=problem.field,
+                                    result=result)
+            say = " ".join(filter(None, [self.sentences.not_done, told]))
             return WriteOutcome("refused", say, result=result)
         # A timeout without a safe retry, or a lost connection: the outcome is unknown. Never guess.
         state.failed(f"unknown outcome ({result.outcome}): {action.action}")

@@ -3,7 +3,7 @@
 The profile is written in its first language. For each other language it names, the brain
 builds the same business with that language's texts: the business's own where
 ``translations.<language>`` writes them (its name, purpose, sentences, tasks' titles, examples,
-questions, read-backs, number words, knowledge), the language pack's sentences
+questions, read-backs, number words, knowledge, what its tools' errors say), the language pack's sentences
 (``lang/<language>.yaml``) where it does not, and the first language's texts last. Tools, fields,
 finders and rules are the same in every language (docs/languages.md).
 """
@@ -55,6 +55,8 @@ class Translation(_Strict):
     sentences: dict[str, str] = Field(default_factory=dict)
     tasks: dict[str, TaskText] = Field(default_factory=dict)
     knowledge: KnowledgeSettings | None = None
+    # Per tool, an error rule's key (``mcp_servers[].tools.<tool>.errors.<key>``) -> its ``say``.
+    tool_errors: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 def packed(languages: list[str]) -> list[str]:
@@ -79,6 +81,7 @@ def check_languages(profile: Profile) -> None:
         if not (language_pack(language).sentences or text.sentences) and language != "en":
             raise ValueError(f"languages: {language!r} has no sentences (neither its language pack nor "
                              f"translations.{language}.sentences)")
+        _check_tool_errors(profile, language, text.tool_errors)
         try:
             in_language(profile, language)
         except ValidationError as exc:
@@ -98,11 +101,34 @@ def in_language(profile: Profile, language: str) -> Profile:
     sentences = type(profile.sentences)(**{**language_pack(language).sentences, **text.sentences})
     tasks = {name: _task_in(settings, text.tasks.get(name)) for name, settings in profile.tasks.items()}
     update: dict[str, Any] = {"sentences": sentences, "tasks": tasks, "translations": {},
-                              "languages": [language]}
+                              "languages": [language], "mcp_servers": _servers_in(profile, text.tool_errors)}
     for key in ("name", "purpose", "stt_context", "knowledge"):
         if getattr(text, key) is not None:
             update[key] = getattr(text, key)
     return profile.model_copy(update=update)
+
+
+def _check_tool_errors(profile: Profile, language: str, said: dict[str, dict[str, str]]) -> None:
+    rules = {tool: set(override.errors) for server in profile.mcp_servers
+             for tool, override in server.tools.items()}
+    for tool, keys in said.items():
+        for key in keys:
+            if key not in rules.get(tool, ()):
+                raise ValueError(f"translations.{language}.tool_errors.{tool}: {key!r} is not an error rule "
+                                 f"of the tool (mcp_servers[].tools.{tool}.errors)")
+
+
+def _servers_in(profile: Profile, said: dict[str, dict[str, str]]) -> list[Any]:
+    """The MCP servers with their tools' error sentences in the language (the rules are the same)."""
+    servers = []
+    for server in profile.mcp_servers:
+        tools = {}
+        for tool, override in server.tools.items():
+            errors = {key: rule.model_copy(update={"say": said[tool][key]})
+                      if key in said.get(tool, {}) else rule for key, rule in override.errors.items()}
+            tools[tool] = override.model_copy(update={"errors": errors})
+        servers.append(server.model_copy(update={"tools": tools}))
+    return servers
 
 
 def _task_in(settings: TaskSettings, text: TaskText | None) -> TaskSettings:

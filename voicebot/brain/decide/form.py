@@ -31,7 +31,7 @@ from voicebot.brain.decide.carry import carry_values
 from voicebot.brain.decide.decisions import Ask, Decision, Find, Found, Offer, ReadBack, Say
 from voicebot.brain.decide.options import items_of, pick_option, same_value
 from voicebot.brain.decide.state import FormState, Option, PendingAction, SessionState
-from voicebot.brain.decide.tool_errors import classify
+from voicebot.brain.decide.tool_errors import classify, said_in
 from voicebot.brain.lang import pack_or_default
 from voicebot.brain.read.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
 from voicebot.brain.read.numbers import said_number
@@ -51,9 +51,12 @@ _WANTED = {"date": "on {value}", "time": "at {value}", "integer": "for {value}"}
 class Forms:
     def __init__(self, tasks: dict[str, TaskSpec], sentences: Sentences, references: References,
                  today: Callable[[], dt.date] = dt.date.today,
-                 errors: dict[str, dict[str, Any]] | None = None, language: str = "en") -> None:
+                 errors: dict[str, dict[str, Any]] | None = None, language: str = "en",
+                 server_words: bool = True) -> None:
         self.tasks = tasks
         self.language = language  # whose words values are said in (``speak/readback.py``)
+        # The tool servers' own sentences may be said: the call is in their (the business's) language.
+        self.server_words = server_words
         # Per tool, the profile's meanings of its errors (``mcp_servers[].tools.<t>.errors``).
         self.errors = errors or {}
         self.sentences = sentences
@@ -238,13 +241,14 @@ class Forms:
         assert form is not None
         spec = self.tasks[form.task]
         problem = classify(result, [f.name for f in spec.fields], self.errors.get(tool))
+        say = said_in(problem, self.server_words)
         if problem.kind == "field" and spec.field(problem.field) is not None:
-            return Ask(problem.field, self.ask_again(state, problem.field, problem.say or None))
+            return Ask(problem.field, self.ask_again(state, problem.field, say or None))
         if problem.kind == "refusal":
             first = next((f for f in spec.fields if form.values.get(f.name) not in (None, "")), None)
-            if first is None or not problem.say:
+            if first is None or not say:
                 return None
-            return Ask(first.name, f"{problem.say} {self.ask_again(state, first.name, '')}")
+            return Ask(first.name, f"{say} {self.ask_again(state, first.name, '')}")
         return Say(self.sentences.tool_unavailable)
 
     def _offer(self, state: SessionState, spec: TaskSpec, finder: Finder,

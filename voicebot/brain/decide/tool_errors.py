@@ -42,6 +42,9 @@ class ToolProblem:
     field: str = ""  # the field to ask again (kind "field")
     say: str = ""  # the business's sentence for the caller, when it gave one
     code: str = ""
+    # ``say`` is the tool server's own text (``refused: <sentence>``), in the business's first
+    # language, not a profile sentence (which has a translation per language).
+    from_server: bool = False
 
     @property
     def reason(self) -> str:
@@ -61,15 +64,16 @@ def classify(result: ToolResult, fields: Iterable[str], rules: Mapping[str, Any]
     text = error_text(result)
     found = _CODE.match(text)
     code, rest = (found[1], found[2].strip()) if found else ("", text.strip())
-    ruled = _by_rule(code, text, rules or {})
+    refused = code.lower() == "refused" or result.outcome == "refused"
+    server_says = _server_sentence(rest) if refused else ""
+    ruled = _by_rule(code, text, rules or {}, server_says)
     if ruled is not None:
         return ruled
     names = set(fields)
-    if code.lower() == "refused" or result.outcome == "refused":
-        inner = _CODE.match(rest)
-        if inner is not None and " " not in inner[1]:  # "refused: slot_taken: ...": a note, not a sentence
-            return ToolProblem("refusal", code=inner[1])
-        return ToolProblem("refusal", say=_sentence(rest), code="refused")
+    if refused:
+        if server_says or not (inner := _CODE.match(rest)):
+            return ToolProblem("refusal", say=server_says, code="refused", from_server=True)
+        return ToolProblem("refusal", code=inner[1])  # "refused: slot_taken: ...": a note, not a sentence
     if code.lower() == "invalid":  # the server checked the input and did nothing
         first = re.match(r"[\w.-]+", rest)
         field = _field_named(first[0], names) if first else ""
@@ -80,11 +84,27 @@ def classify(result: ToolResult, fields: Iterable[str], rules: Mapping[str, Any]
     return ToolProblem("unknown", code=code)
 
 
-def _by_rule(code: str, text: str, rules: Mapping[str, Any]) -> ToolProblem | None:
+def said_in(problem: ToolProblem, server_words: bool) -> str:
+    """The problem's sentence for the caller: a tool server's own words only where the call is
+    in the business's first language (``server_words``), which its servers speak."""
+    return problem.say if server_words or not problem.from_server else ""
+
+
+def _by_rule(code: str, text: str, rules: Mapping[str, Any], server_says: str) -> ToolProblem | None:
+    """The profile's rule for the error; a refusal rule without ``say`` keeps the server's own
+    sentence (a translation can then give the other languages theirs)."""
     for key, rule in rules.items():
         if key == code or (key and key.lower() in text.lower()):
+            if rule.say is None and rule.kind == "refusal" and server_says:
+                return ToolProblem("refusal", say=server_says, code=key, from_server=True)
             return ToolProblem(rule.kind, field=rule.field or "", say=rule.say or "", code=key)
     return None
+
+
+def _server_sentence(rest: str) -> str:
+    """The sentence after ``refused:``; none when a code and a note follow instead."""
+    inner = _CODE.match(rest)
+    return "" if inner is not None and " " not in inner[1] else _sentence(rest)
 
 
 def _field_named(code: str, fields: set[str]) -> str:

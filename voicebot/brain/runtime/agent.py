@@ -48,7 +48,8 @@ class Agent(SessionRuntime):
         own_knowledge, own_encoder = knowledge_in or {}, encoders_in or {}
         dialogues = {language: Dialogue(settings, chat, store, profile.in_language(language), tools, clock,
                                         sleep, side_chat, own_knowledge.get(language, knowledge),
-                                        own_encoder.get(language, encoder), today)
+                                        own_encoder.get(language, encoder), today,
+                                        business_language=profile.languages[0])
                      for language in profile.languages}
         self.dialogue: Dialogue = dialogues[profile.languages[0]]
         urgent = urgent_screen(profile, encoder, self.dialogue.side_chat, settings.urgent_timeout_s)

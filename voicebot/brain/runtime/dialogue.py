@@ -85,6 +85,7 @@ class Dialogue:
         knowledge: KnowledgeSearch | None = None,
         encoder: SentenceEncoder | None = None,
         today: Callable[[], datetime.date] = datetime.date.today,
+        business_language: str | None = None,
     ) -> None:
         self.settings = settings
         self.profile = profile
@@ -97,11 +98,14 @@ class Dialogue:
         self.tools = tools or ToolRegistry()
         self.dispatcher = Dispatcher(self.tools, sleep)
         language = self.profile.languages[0]  # this dialogue's: the profile is in its language
-        self.actions = Actions(self.dispatcher, self.references, self.sentences, store, language)
+        # A tool server's own sentences are in the business's first language: said only in it.
+        server_words = business_language in (None, language)
+        errors = self._error_rules()
+        self.actions = Actions(self.dispatcher, self.references, self.sentences, store, language,
+                               errors, server_words)
         self.clock = clock
         tasks = build_tasks(self.profile, self.tools)
-        self.forms = Forms(tasks, self.sentences, self.references, today,
-                           {spec.name: spec.errors for spec in self.tools.specs() if spec.errors}, language)
+        self.forms = Forms(tasks, self.sentences, self.references, today, errors, language, server_words)
         picker = IntentPicker(encoder, intent_examples(self.profile, tasks)) if encoder else None
         self.reader = Reader(chat, tasks, f"{self.profile.name}, {self.profile.purpose}", picker,
                              settings.reading_timeout_s, settings.llm_model)
@@ -114,6 +118,14 @@ class Dialogue:
         self.turn_reader = TurnReader(self.reader, self.answers.best_score, self.sentences.anything_else,
                                       today)
         self._background: set[asyncio.Task] = set()
+
+    def _error_rules(self) -> dict[str, dict[str, Any]]:
+        """Per tool, what its errors mean, with the sentences in this dialogue's language (the
+        profile's ``errors`` maps, translated by ``translations.<language>.tool_errors``)."""
+        rules = {spec.name: spec.errors for spec in self.tools.specs() if spec.errors}
+        for server in self.profile.mcp_servers:
+            rules.update({tool: rule.errors for tool, rule in server.tools.items() if rule.errors})
+        return rules
 
     async def warm_up(self) -> None:
         """Prefill the reading prompt's fixed start once at start, so the first caller does not pay
