@@ -122,9 +122,9 @@ class Forms:
         if item.type == "reference":
             return self._reference(item, raw, state)
         if item.type == "code":
-            return parse_code(str(raw), item.pattern) if raw is not None else None
+            return parse_code(str(raw), item.pattern, item.language) if raw is not None else None
         if item.type in ("text", "name") and isinstance(raw, str):
-            raw = strip_lead(raw)  # "The plate is MN 7310." -> "MN 7310": only the value
+            raw = strip_lead(raw, item.language)  # "The plate is MN 7310." -> "MN 7310": only the value
         if item.type in ("integer", "number") and isinstance(raw, str):
             said = said_number(raw, item.numbers)  # the model copied "just me"
             raw = said if said is not None else raw

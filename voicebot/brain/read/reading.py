@@ -190,7 +190,7 @@ def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
         said = name_said(text, item.language)
         return said if said and parse_name(said, item.not_names, item.language) else None
     if item.type == "code" and bare:
-        return text if parse_code(text, item.pattern) is not None else None
+        return text if parse_code(text, item.pattern, item.language) is not None else None
     if item.type in ("text", "reference") and bare and _free_answer(text, item.language):
         return text
     return None
@@ -269,7 +269,7 @@ class Reader:
         codes = {f.name for f in fields if f.type == "code"}
         language = fields[0].language if fields else "en"
         copied = {name: value for name, value in values.items()
-                  if (code_said_in(value, text) if name in codes else said_in(value, text, language))}
+                  if (code_said_in if name in codes else said_in)(value, text, language)}
         if len(copied) < len(values):  # a schema makes a small model fill every key: "John Doe"
             record["not_said"] = sorted(set(values) - set(copied))
         return Reading(intent, copied, "model", record)
@@ -289,11 +289,11 @@ def said_in(value: Any, text: str, language: str = "en") -> bool:
                                for w in words)
 
 
-def code_said_in(value: Any, text: str) -> bool:
+def code_said_in(value: Any, text: str, language: str = "en") -> bool:
     """A code the model copied is one the caller read out, in whatever pieces ("M N seven three
     one zero" holds "MN7310")."""
-    code = "".join(code_pieces(str(value)))
-    return bool(code) and code in "".join(code_pieces(text))
+    code = "".join(code_pieces(str(value), language))
+    return bool(code) and code in "".join(code_pieces(text, language))
 
 
 def count_tokens(usage: dict[str, Any]) -> dict[str, Any]:
