@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 # The read-only tools' results this turn, by ``lookup_key``.
 Lookups = dict[str, "ToolResult"]
 MAX_OPTIONS = 3
-# What the caller asked for, where the language pack says nothing of its own (``speak.wanted``).
-_WANTED = {"date": "on {value}", "time": "at {value}", "integer": "for {value}"}
 
 
 class Forms:
@@ -111,7 +109,7 @@ class Forms:
             if value is not None and form.values.get(item.name) != value:
                 form.values[item.name] = value
                 changed.append(item.name)
-        if form.options and (option := pick_option(words, form.options)) is not None:
+        if form.options and (option := pick_option(words, form.options, self.language)) is not None:
             form.picked[option.argument] = option.item
             changed.append(option.argument)
         if changed:
@@ -287,7 +285,7 @@ class Forms:
             if value in (None, "") or item is None:
                 continue
             kind = "integer" if item.type == "number" else item.type
-            shape = forms.get(kind) or forms.get("other") or _WANTED.get(kind, "with {value}")
+            shape = forms.get(kind) or forms.get("other") or "{value}"  # the pack's ``speak.wanted``
             unit = item.numbers.unit if item.numbers is not None else ""
             parts.append(shape.format(value=spoken_value(value, self.language), unit=unit))
         return " ".join(parts)
