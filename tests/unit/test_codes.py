@@ -25,6 +25,7 @@ def test_a_code_that_does_not_fit_the_schemas_pattern_is_no_code():
     ("The plate is MN 7310.", "MN 7310"), ("Oh, it's Alex Morgan", "Alex Morgan"),
     ("Um, Sam Lee", "Sam Lee"), ("My name is Sam Lee", "Sam Lee"),
     ("It's for a sore throat.", "a sore throat"), ("Jordan Blake", "Jordan Blake"), ("Okay", "Okay"),
+    ("It's about a leak in the kitchen", "a leak in the kitchen"),
 ])
 def test_only_the_value_is_kept(said, value):
     assert strip_lead(said) == value

@@ -43,6 +43,11 @@ def test_a_time_is_read_inside_the_business_hours_when_am_or_pm_is_not_said(word
     assert parse_time(words) == plain
 
 
+def test_a_half_of_the_day_said_after_half_past_or_quarter_to_counts():
+    assert parse_time("half past seven at night") == "19:30"
+    assert parse_time("quarter to eight in the morning", ("12:00", "22:00")) == "07:45"
+
+
 @pytest.mark.parametrize("words", ["for four people", "we are 4", "a table please"])
 def test_a_party_size_is_no_time(words):
     assert parse_time(words) is None
@@ -60,6 +65,7 @@ def test_numbers_in_words(words, number):
     ("It's Jordan Blake.", "Jordan Blake"), ("jordan blake", "Jordan Blake"),
     ("My name is Alex Park", "Alex Park"), ("under Lee please", "Lee"),
     ("I want a table tomorrow", None), ("What time is it?", None), ("Looking", None),
+    ("under the name Kim", "Kim"), ("a reservation", None),
 ])
 def test_a_name_as_an_answer_to_what_name(words, name):
     assert parse_name(words) == name
@@ -84,6 +90,8 @@ def test_a_choice_is_named_by_another_form_of_its_words(words, choice):
     ("time", "Could you make it a little later, please?", "19:00", "19:30"),
     ("time", "an hour earlier", "19:00", "18:00"), ("time", "push it back by an hour", "19:00", "20:00"),
     ("time", "I'll call back later", "19:00", None), ("date", "the day after", "2030-01-11", "2030-01-12"),
+    ("time", "two hours later", "19:00", "21:00"), ("time", "20 minutes earlier", "19:00", "18:40"),
+    ("time", "bring it forward half an hour", "19:00", "18:30"),
     ("integer", "one more person is coming", 2, None),  # a number field's changes are its own
 ])
 def test_a_change_relative_to_what_was_read_back(kind, words, current, changed):

@@ -100,7 +100,7 @@ def guard_screen(settings: BrainSettings, profile: Profile,
     screen = profile.guard.screen
     if not settings.guard_screen or not screen.examples or encoder is None:
         return None
-    result = ExampleScreen.from_settings(encoder, screen)
+    result = ExampleScreen.from_settings(encoder, screen, profile.languages[0])
     log.info("guard screen ready", extra={"encoder": encoder.name, "examples": len(result.examples),
                                           "block_examples": len(result.block_examples)})
     return result

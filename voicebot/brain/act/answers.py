@@ -18,6 +18,7 @@ read-back and done sentences; anywhere else it is replaced before it is spoken.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import re
@@ -29,24 +30,29 @@ from voicebot.brain.act.answerable import AnswerCheck
 from voicebot.brain.act.tools import ReadTool
 from voicebot.brain.business.profile import Sentences
 from voicebot.brain.decide.options import items_of
+from voicebot.brain.lang import pack_or_default
 from voicebot.brain.metrics import ANSWER_CHECKS, KNOWLEDGE_PREFETCHES
 from voicebot.brain.speak.spoken import SpokenTextCleaner
 
 log = logging.getLogger(__name__)
 
-_CLAIM = re.compile(
-    r"\b(?:i(?:'ve| have)|we(?:'ve| have)|it(?:'s| is| has been)|you(?:'re| are)|that(?:'s| is)|"
-    r"your \w+|the (?:booking|reservation|appointment|visit|order|service))\s+"
-    r"(?:\w+\s+){0,2}(?:booked|reserved|confirmed|cancell?ed|scheduled|made|placed|changed|moved|"
-    r"all set|done)\b"
-    r"|\b(?:i(?:'ll| will)|we(?:'ll| will)|let me)\s+(?:\w+\s+){0,1}(?:book|reserve|cancel|schedule|"
-    r"confirm|change|move|make)\b", re.I)
 _LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d+[.)]|#+)\s+")
 
 
-def claims_outcome(text: str) -> bool:
-    return bool(_CLAIM.search(text))
+@functools.cache
+def _claim(language: str) -> re.Pattern[str]:
+    """The language pack's ``claims``: "I've booked", "your table is confirmed", "I'll cancel"."""
+    pack = pack_or_default(language)
+    claims, said, word = pack.claims, pack.phrases, pack.word
+    done = (rf"\b(?:{said(claims.done_by)}|(?:{said(claims.owners)})\s+\w+)\s+(?:\w+\s+){{0,2}}"
+            rf"(?:{said(claims.done)})\b")
+    will = rf"\b(?:{said(claims.will)})\s+(?:\w+\s+){{0,1}}(?:{said(claims.will_do)})\b"
+    return re.compile(rf"{done}|{will}|{word(said(claims.phrases))}", re.I)
+
+
+def claims_outcome(text: str, language: str = "en") -> bool:
+    return bool(_claim(language).search(text))
 
 
 def for_the_ear(text: str, language: str = "en") -> str:
@@ -58,34 +64,36 @@ def for_the_ear(text: str, language: str = "en") -> str:
     return " ".join((cleaner.clean(joined) + cleaner.flush()).split())
 
 
-_STOP = frozenset(
-    "a an the i you we my your our is are was be do does did can could would will shall should to of "
-    "in on at for with and or it its this that there what when where which who how any have has "
-    "me us get take make please about from by as not no yes there's what's".split())
+@functools.cache
+def _stop_words(language: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in pack_or_default(language).stop_words)
 
 
-def content_words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _STOP and len(w) > 2]
+def content_words(text: str, language: str = "en") -> list[str]:
+    """The words of some length that are not the pack's ``stop_words`` (Latin letters and digits:
+    the words a question and a passage share across scripts too)."""
+    stop = _stop_words(language)
+    return [w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in stop and len(w) > 2]
 
 
-def names_or_phrase(question: str, passage: str) -> bool:
+def names_or_phrase(question: str, passage: str, language: str = "en") -> bool:
     """The passage holds two of the question's content words side by side, or a name it gives."""
-    asked, held = content_words(question), content_words(passage)
+    asked, held = content_words(question, language), content_words(passage, language)
     if set(itertools.pairwise(asked)) & set(itertools.pairwise(held)):
         return True
     names = {w.lower() for w in re.findall(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-z]{2,}\b", question.strip())}
-    return bool(names & set(held) - _STOP)
+    return bool(names & set(held) - _stop_words(language))
 
 
-def shares_words(question: str, passage: str, title: str = "") -> bool:
+def shares_words(question: str, passage: str, title: str = "", language: str = "en") -> bool:
     """The passage holds two of the question's own content words next to each other ("American
     Express"), a name the question gives ("Medicare", "Korean"), or three of its content words
     anywhere: a lexical match that embeddings of a short question against a longer passage score
     low."""
-    if names_or_phrase(question, passage):
+    if names_or_phrase(question, passage, language):
         return True
-    asked, held = content_words(question), content_words(passage)
-    heading = set(content_words(title))
+    asked, held = content_words(question, language), content_words(passage, language)
+    heading = set(content_words(title, language))
     if heading and len(heading) <= 3 and set(asked) & heading:  # "Is there parking nearby?": Parking
         return True
     return len(set(asked) & set(held)) >= 3
@@ -114,8 +122,9 @@ class Answers:
     def __init__(self, knowledge: KnowledgeSearch | None, sentences: Sentences,
                  can_help: Callable[[], str], tools: dict[str, str | None] | None = None,
                  min_score: float = 0.0, check: AnswerCheck | None = None,
-                 check_passages: int = 2) -> None:
+                 check_passages: int = 2, language: str = "en") -> None:
         self.knowledge = knowledge
+        self.language = language  # the knowledge's: its words are compared in it (``shares_words``)
         self.check = check  # None: the best passage found is spoken
         self.check_passages = check_passages
         # Passages at or above this are relevant; below it (down to what the index returns) only
@@ -146,7 +155,7 @@ class Answers:
             return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False, record)
         said = for_the_ear(top.text, language)
         record.update({"passages": len(passages), "score": round(float(top.score), 3), "kind": top.kind})
-        if claims_outcome(said):  # knowledge never claims that an action happened
+        if claims_outcome(said, language):  # knowledge never claims that an action happened
             return Answer(f"{self.sentences.unknown_fact} {self.can_help()}", False,
                           {**record, "claim_replaced": True})
         return Answer(said, True, record)
@@ -195,7 +204,8 @@ class Answers:
             log.warning("knowledge search failed", extra={"error": repr(exc)})
             return []
         kept = [p for p in found if p.score >= self.min_score
-                or shares_words(text, p.text, getattr(p, "title", ""))]
+                or shares_words(text, p.text, getattr(p, "title", ""), self.language)]
         # A passage that holds a name or a phrase of the question ("Medicare") answers it before a
         # nearer FAQ phrasing of another question ("Do you take walk-ins?").
-        return sorted(kept, key=lambda p: not names_or_phrase(text, f"{getattr(p, 'title', '')}. {p.text}"))
+        return sorted(kept, key=lambda p: not names_or_phrase(
+            text, f"{getattr(p, 'title', '')}. {p.text}", self.language))

@@ -31,15 +31,17 @@ def _same(language: str) -> tuple[re.Pattern[str], frozenset[str]]:
     return re.compile(pattern, re.I), frozenset(w.lower() for w in same.not_nouns)
 
 
-def _field_words(item: FieldSpec) -> set[str]:
-    """Words that name a field: its own name's, its type's, and those of its question."""
+def _field_words(item: FieldSpec, language: str = "en") -> set[str]:
+    """Words that name a field: its own name's, its type's, and those of its question (less the
+    pack's ``same.question_words``)."""
     words = set(item.name.lower().split("_")) | {item.type}
-    words |= set(re.findall(r"[a-z]+", f"{item.ask} {item.description}".lower())) - _QUESTION_WORDS
+    words |= set(re.findall(r"[a-z]+", f"{item.ask} {item.description}".lower())) - _question_words(language)
     return words
 
 
-_QUESTION_WORDS = frozenset("what which is the your you would like to for of a an in on at it "
-                            "please and or do does".split())
+@functools.cache
+def _question_words(language: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in pack_or_default(language).same.question_words)
 
 
 def asks_for_the_same(words: str, language: str = "en") -> bool:
@@ -57,7 +59,7 @@ def carry_values(state: SessionState, spec: TaskSpec, words: str, language: str 
     same = pattern.search(words)
     if same is not None:
         nouns = set(re.findall(r"[^\W\d_]+", (same["what"] or "").lower())) - not_nouns
-        named = {f.name for f in spec.fields if nouns & _field_words(f)}
+        named = {f.name for f in spec.fields if nouns & _field_words(f, language)}
         wanted |= named or {f.name for f in spec.fields}
     carried = [name for name in wanted if name in state.given and form.values.get(name) in (None, "")]
     for name in carried:

@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 # The read-only tools' results this turn, by ``lookup_key``.
 Lookups = dict[str, "ToolResult"]
 MAX_OPTIONS = 3
-# What the caller asked for, where the language pack says nothing of its own (``speak.wanted``).
-_WANTED = {"date": "on {value}", "time": "at {value}", "integer": "for {value}"}
 
 
 class Forms:
@@ -114,7 +112,7 @@ class Forms:
             if value is not None and form.values.get(item.name) != value:
                 form.values[item.name] = value
                 changed.append(item.name)
-        if form.options and (option := pick_option(words, form.options)) is not None:
+        if form.options and (option := pick_option(words, form.options, self.language)) is not None:
             form.picked[option.argument] = option.item
             changed.append(option.argument)
         if changed:
@@ -125,9 +123,9 @@ class Forms:
         if item.type == "reference":
             return self._reference(item, raw, state)
         if item.type == "code":
-            return parse_code(str(raw), item.pattern) if raw is not None else None
+            return parse_code(str(raw), item.pattern, item.language) if raw is not None else None
         if item.type in ("text", "name") and isinstance(raw, str):
-            raw = strip_lead(raw)  # "The plate is MN 7310." -> "MN 7310": only the value
+            raw = strip_lead(raw, item.language)  # "The plate is MN 7310." -> "MN 7310": only the value
         if item.type in ("integer", "number") and isinstance(raw, str):
             said = said_number(raw, item.numbers)  # the model copied "just me"
             raw = said if said is not None else raw
@@ -291,7 +289,7 @@ class Forms:
             if value in (None, "") or item is None:
                 continue
             kind = "integer" if item.type == "number" else item.type
-            shape = forms.get(kind) or forms.get("other") or _WANTED.get(kind, "with {value}")
+            shape = forms.get(kind) or forms.get("other") or "{value}"  # the pack's ``speak.wanted``
             unit = item.numbers.unit if item.numbers is not None else ""
             parts.append(shape.format(value=spoken_value(value, self.language), unit=unit))
         return " ".join(parts)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 from voicebot.brain.decide.state import Option
+from voicebot.brain.lang import pack_or_default
 from voicebot.brain.read.values import match_choice, parse_time
 
-_ORDINALS = {"first": 0, "1st": 0, "second": 1, "2nd": 1, "third": 2, "3rd": 2, "last": -1}
+
+@functools.cache
+def _places(language: str) -> tuple[tuple[re.Pattern[str], int], ...]:
+    """The language pack's ``option_places`` ("the second one"), each with the index it names."""
+    pack = pack_or_default(language)
+    return tuple((re.compile(pack.word(pack.phrases([place])), re.I), index)
+                 for place, index in pack.option_places.items())
 
 
 def items_of(value: Any, key: str) -> list[dict[str, Any]]:
@@ -32,16 +40,15 @@ def same_value(item_value: Any, wanted: Any) -> bool:
     return a == b
 
 
-def pick_option(words: str, options: list[Option]) -> Option | None:
+def pick_option(words: str, options: list[Option], language: str = "en") -> Option | None:
     """The option the caller chose: by its place ("the second one"), its words, or its time."""
-    lowered = words.lower()
-    for word, index in _ORDINALS.items():
-        if re.search(rf"\b{word}\b", lowered) and -len(options) <= index < len(options):
+    for place, index in _places(language):
+        if place.search(words) and -len(options) <= index < len(options):
             return options[index]
     by_label = match_choice(words, [o.label for o in options])
     if by_label is not None:
         return next(o for o in options if o.label == by_label)
-    clock = parse_time(words)
+    clock = parse_time(words, language=language)
     if clock is not None:
         for option in options:
             if any(same_value(v, clock) or same_value(v, _other_half(clock)) for v in option.item.values()):

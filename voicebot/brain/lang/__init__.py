@@ -59,6 +59,8 @@ class Same(_Strict):
     ends: list[str] = []  # words after `word` that end what it names ("the same for Friday")
     not_nouns: list[str] = []  # words after `word` that name no field
     phrases: list[str] = []  # "as before"
+    # Words of a field's question that name no field ("What is your name?" names it by "name").
+    question_words: list[str] = []
 
 
 class Counting(_Strict):
@@ -72,6 +74,12 @@ class Names(_Strict):
     not_names: list[str] = []  # capitalised words that are never a name
     ends: list[str] = []  # words after a name that are not part of it ("입니다", "으로 해주세요")
     follows: list[str] = []  # words that follow a name said inside a request ("김민수 이름으로")
+    # An answer to "under what name?" read by ``read/values.py`` (a pack without ``values``):
+    answer_sounds: list[str] = []  # before the name or its leads ("yes, it's Jordan")
+    answer_leads: list[str] = []  # before the name, one or more ("it's under Jordan")
+    never: list[str] = []  # a word that makes the answer no name (a request, a question, a time)
+    # A capitalised name said inside other words follows one of these ("for two under Jordan Blake").
+    said_leads: list[str] = []
 
 
 class Numerals(_Strict):
@@ -116,6 +124,112 @@ class Changes(_Strict):
     day_before: list[str] = []
 
 
+class LibraryNumbers(_Strict):
+    """Ordinals said as words, written as digits before the libraries read them."""
+    ordinals: dict[str, int] = {}  # "twelfth": 12
+    ordinal_tens: dict[str, int] = {}  # "twenty-first": tens before an ordinal under ten (a day, to 31)
+    ordinal: str = ""  # how one is written for the libraries: "{n}th"
+    ordinal_suffixes: list[str] = []  # after digits, an ordinal: "12th", "3rd"
+
+
+class LibraryDates(_Strict):
+    weekdays: list[str] = []  # Monday first ("Fridays" too); alone, the nearest one, today included
+    months: list[str] = []  # January first; the first three letters name one ("Dec")
+    days: dict[str, int] = {}  # relative days: the first written that the words hold wins
+    next: list[str] = []  # before a weekday: the first one after today ("next Friday")
+    weekend: list[str] = []  # the coming Saturday
+    also: list[str] = []  # other words that make the words a date for the library ("next week")
+    day_leads: list[str] = []  # before an ordinal: a day of the month ("the 12th", "on 3rd")
+    of: list[str] = []  # after an ordinal and before a word: not a day alone ("the 12th of May")
+
+
+class LibraryTimes(_Strict):
+    """Words around a clock time; in a phrase a dot or an apostrophe may be left out ("pm",
+    "oclock") and a space may follow a dot ("a. m.")."""
+    am: list[str] = []  # after an hour: its morning ("7 a.m.", "7 in the morning")
+    pm: list[str] = []  # after an hour: its afternoon or evening ("7 p.m.", "7 tonight")
+    oclock: list[str] = []  # after an hour, either half of the day
+    noon: list[str] = []
+    midnight: list[str] = []
+    past: dict[str, int] = {}  # before an hour: minutes past it ("half past 7": 30)
+    to: dict[str, int] = {}  # before an hour: minutes before it ("quarter to 8": 15)
+    durations: list[str] = []  # after a number: a duration, never a clock time ("2 hours")
+    leads: list[str] = []  # a bare number after one is an hour ("at 7", "around 8")
+
+
+class LibraryChanges(_Strict):
+    """A value said relative to the one read back ("a little later", "the day after")."""
+    later: list[str] = []
+    earlier: list[str] = []
+    sizes: dict[str, int] = {}  # a change's size in minutes ("an hour": 60); without one, half an hour
+    hours: list[str] = []  # after a number: the size in hours ("2 hours later")
+    minutes: list[str] = []  # ... in minutes ("20 minutes earlier")
+    push_back: list[str] = []  # before what is moved and `back`: later ("push it back")
+    back: list[str] = []
+    bring_forward: list[str] = []  # before what is moved and `forward`: earlier ("bring it forward")
+    forward: list[str] = []
+    moved: list[str] = []  # what is moved ("it", "that") ...
+    moved_articles: list[str] = []  # ... or one of these and any word ("the table")
+    not_changes: list[str] = []  # words that make "later" no change ("I'll call back later")
+    day_after: list[str] = []
+    day_before: list[str] = []
+
+
+class LibraryValues(_Strict):
+    """The words of the rules around the libraries that read a language's values (English:
+    text2num, parsedatetime; ``read/values.py``), for a pack without ``values``."""
+    numbers: LibraryNumbers = LibraryNumbers()
+    dates: LibraryDates = LibraryDates()
+    times: LibraryTimes = LibraryTimes()
+    changes: LibraryChanges = LibraryChanges()
+
+
+class Codes(_Strict):
+    """Codes read out in pieces and the words around a value (``read/codes.py``)."""
+    digits: dict[str, int] = {}  # digits said as words ("oh" too); a capital letter alone stays a letter
+    repeats: dict[str, int] = {}  # "double four"
+    spelled: list[str] = []  # between a letter and the word that spells it ("M as in Mike")
+    fillers: list[str] = []  # words among a code's pieces that are no part of it ("the code is")
+    sounds: list[str] = []  # before a value's words ("so, um, it's ...")
+    leads: list[str] = []  # words that carry a value ("it's for a sore throat")
+    owners: list[str] = []  # ... or one of these, up to three words and one of `verbs` ...
+    verbs: list[str] = []  # ... ("the plate is MN 7310", "my reference would be AB12")
+
+
+class Claims(_Strict):
+    """Words that state or promise an action's outcome ("I've booked", "is confirmed", "I'll
+    cancel"): only code's read-back and done sentences say them (``act/answers.py``)."""
+    done_by: list[str] = []  # who did it or what it was done to ("i've", "the booking") ...
+    owners: list[str] = []  # ... or one of these and any word ("your table") ...
+    done: list[str] = []  # ... then, up to two words later, what was done ("booked", "all set")
+    will: list[str] = []  # a promise ("i'll", "let me") ...
+    will_do: list[str] = []  # ... then, up to a word later, what will be done ("cancel")
+    phrases: list[str] = []  # a claim as it is said, anywhere in the words ("예약되었습니다")
+
+
+class Refusal(_Strict):
+    """The model's stock refusal ("I'm sorry, but I can't assist with that."): a first sentence
+    that is nothing but an apology and "can't help" (``read/refusals.py``)."""
+    leads: list[str] = []  # "i'm" (sorry)
+    very: list[str] = []  # "so" (sorry)
+    sorry: list[str] = []
+    but: list[str] = []
+    cannot: list[str] = []  # "i can't", "i am unable to"
+    help: list[str] = []  # "assist"
+    objects: list[str] = []  # after help: "with that", "you with this request"
+
+
+class Examples(_Strict):
+    """Sentences the words are compared with as embeddings, besides the profile's own."""
+    # The task picker's (``read/reading.py``): questions about a business, and pleasantries, neither
+    # a task nor a question.
+    questions: list[str] = []
+    other: list[str] = []
+    # Requests no voice line for a business is for: the topic guard's quick screen never passes a
+    # turn nearer one of them (``read/guard_screen.py``; a profile adds its own near-domain ones).
+    blocked: list[str] = []
+
+
 class Values(_Strict):
     """Typed values read by rules from this language's words (``read/pack_values.py``). A pack
     without them is read by the libraries of ``read/values.py`` (English: text2num,
@@ -158,6 +272,19 @@ class LanguagePack(_Strict):
     names: Names = Names()
     counting: Counting = Counting()  # a number field's changes in words (``read/numbers.py``)
     values: Values | None = None  # dates, times and numbers by this pack's words, else libraries
+    library_values: LibraryValues = LibraryValues()  # the words around the libraries, without `values`
+    codes: Codes = Codes()
+    # An option offered chosen by its place ("the second one"): its index, -1 the last.
+    option_places: dict[str, int] = {}
+    examples: Examples = Examples()
+    # Words a model's copy of the caller's words may add ("the", "please"): the others must have
+    # been said (``read/reading.py``).
+    small_words: list[str] = []
+    # Words with no content of their own: a question and a passage are compared by the others
+    # (``act/answers.py``).
+    stop_words: list[str] = []
+    claims: Claims = Claims()
+    refusal: Refusal = Refusal()
     speak: Speak = Speak()
     # The brain's own sentences in this language, where a business's profile does not write its
     # own (the keys of ``sentences`` in docs/add-a-business.md; English is the profile's default).

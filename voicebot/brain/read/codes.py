@@ -9,55 +9,73 @@ thousand three hundred ten").
 
 ``strip_lead`` takes the carrier words off a free-text answer ("The plate is MN 7310."
 is "MN 7310"; "It's for a sore throat" is "a sore throat"): only the value is kept.
+The words of both are the language pack's ``codes``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from dataclasses import dataclass
 
+from voicebot.brain.lang import pack_or_default
 from voicebot.brain.read.values import digits
 
-_DIGIT_WORDS = {"zero": "0", "oh": "0", "o": "0", "nought": "0", "one": "1", "two": "2", "three": "3",
-                "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9"}
-_REPEAT = {"double": 2, "triple": 3}
-# "M as in Mike", "M for Mike", "M like Mike": the letter, not the word that spells it.
-_AS_IN = re.compile(r"\b([a-z])\s*(?:,\s*)?(?:as in|for|like)\s+[a-z]+\b", re.I)
-_LEADS = re.compile(
-    r"^(?:(?:so|well|okay|ok|um|uh|oh|ah|yes|yeah|sure)[,\s]+)*"
-    r"(?:(?:it's|it is|that's|that is|this is)\s+(?:for\s+)?|"
-    r"(?:the|my|our|his|her|their)\s+(?:[\w-]+\s+){0,3}?(?:is|was|would be|will be|:)\s+|"
-    r"(?:it's|it is)\s+about\s+|(?:for|about)\s+(?=\w))?", re.I)
-_FILLER_WORDS = frozenset("the is my our a an it it's its number code plate reference please "
-                          "and that's that".split())
+
+@dataclass(frozen=True)
+class _CodeWords:
+    digits: dict[str, str]
+    repeats: dict[str, int]
+    fillers: frozenset[str]
+    spelled: re.Pattern[str]
+    leads: re.Pattern[str]
 
 
-def strip_lead(text: str) -> str:
+@functools.cache
+def _code_words(language: str) -> _CodeWords:
+    """The language pack's ``codes`` words as the shapes a code and a value are said in."""
+    pack = pack_or_default(language)
+    codes, said = pack.codes, pack.phrases
+    sounds = rf"(?:(?:{said(codes.sounds)})[,\s]+)*"
+    owned = rf"(?:{said(codes.owners)})\s+(?:[\w-]+\s+){{0,3}}?(?:{said(codes.verbs)}|:)\s+"
+    return _CodeWords(
+        digits={w.lower(): str(n) for w, n in codes.digits.items()},
+        repeats={w.lower(): n for w, n in codes.repeats.items()},
+        fillers=frozenset(w.lower() for w in codes.fillers),
+        # "M as in Mike", "M for Mike": the letter, not the word that spells it.
+        spelled=re.compile(rf"\b([a-z])\s*(?:,\s*)?(?:{said(codes.spelled)})\s+[a-z]+\b", re.I),
+        leads=re.compile(rf"^{sounds}(?:(?:{said(codes.leads)})\s+|{owned})?", re.I),
+    )
+
+
+def strip_lead(text: str, language: str = "en") -> str:
     """The value without the words that carry it: "The plate is MN 7310." -> "MN 7310"."""
     value = " ".join(text.split()).strip()
-    stripped = _LEADS.sub("", value, count=1).strip()
+    stripped = _code_words(language).leads.sub("", value, count=1).strip()
     return (stripped or value).rstrip(".!,;")
 
 
-def code_pieces(text: str) -> list[str]:
+def code_pieces(text: str, language: str = "en") -> list[str]:
     """The characters of a code as said: letters, digits, digit words, "double 4"."""
-    text = _AS_IN.sub(r"\1", strip_lead(text))
+    said = _code_words(language)
+    text = said.spelled.sub(r"\1", strip_lead(text, language))
     tokens = re.findall(r"[A-Za-z0-9]+", text.replace("-", " "))
     pieces: list[str] = []
     repeat = 1
     for token in tokens:
         lower = token.lower()
-        if lower in _REPEAT:
-            repeat = _REPEAT[lower]
+        if lower in said.repeats:
+            repeat = said.repeats[lower]
             continue
-        if lower in _DIGIT_WORDS and not (lower == "o" and token.isupper()):
-            piece = _DIGIT_WORDS[lower]
-        elif lower in _FILLER_WORDS and not token.isupper():
+        if lower in said.digits and not (len(token) == 1 and token.isupper()):  # "O": the letter
+            piece = said.digits[lower]
+        elif lower in said.fillers and not token.isupper():
             repeat = 1
             continue
         elif len(token) == 1 or token.isupper() or any(c.isdigit() for c in token):
             piece = token.upper()
         else:
-            piece = digits(lower)
+            piece = digits(lower, language)
             if not piece.isdigit():  # a word that is not part of a code ("plate", "thanks")
                 repeat = 1
                 continue
@@ -66,9 +84,9 @@ def code_pieces(text: str) -> list[str]:
     return pieces
 
 
-def parse_code(text: str, pattern: str = "") -> str | None:
+def parse_code(text: str, pattern: str = "", language: str = "en") -> str | None:
     """The code in the caller's words, or None (nothing like one, or not matching ``pattern``)."""
-    code = "".join(code_pieces(text))
+    code = "".join(code_pieces(text, language))
     if not code or len(code) > 40:
         return None
     if pattern:

@@ -52,16 +52,20 @@ from voicebot.common.telemetry import tracer
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 QUESTION, OTHER = "question", "other"
-_NAME_SAID = re.compile(r"\b(?i:my name is|my name's|name is|the name is|under the name|it's under|"
-                        r"book it under|under|this is|i'm|i am|for|it's for)"
-                        r"\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
+
+
+@functools.cache
+def _name_said(language: str) -> re.Pattern[str]:
+    """A capitalised name after one of the pack's ``names.said_leads``."""
+    pack = pack_or_default(language)
+    return re.compile(rf"\b(?i:{pack.phrases(pack.names.said_leads)})\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
 
 
 def name_said(text: str, language: str) -> str | None:
     """A name said as one inside other words ("for two under Jordan Blake")."""
     if reads_values(language):
         return pack_name_said(text, language)
-    said = _NAME_SAID.search(text)
+    said = _name_said(language).search(text)
     return said[1] if said else None
 
 
@@ -123,21 +127,15 @@ class IntentPicker:
         return None, score
 
 
-GENERIC_QUESTIONS = (
-    "What are your opening hours?", "Where are you located?", "How much does it cost?",
-    "Do you have parking?", "Can I pay by card?", "Do you offer that?", "Is there a fee?",
-    "Tell me about your prices.")
-GENERIC_OTHER = ("Hello.", "Hi there.", "Thank you, goodbye.", "That's all, thanks.", "Okay.")
-
-
 def intent_examples(profile: Any, tasks: dict[str, TaskSpec]) -> dict[str, list[str]]:
     """The examples the picker compares words with: each task's, the knowledge's questions, and
-    a few generic questions and pleasantries."""
+    a few generic questions and pleasantries in the profile's language (its pack's ``examples``)."""
     examples = {name: list(task.examples) for name, task in tasks.items()}
     questions = [q for entry in profile.knowledge.faq for q in ([entry.q] if isinstance(entry.q, str)
                                                                 else entry.q)]
-    examples[QUESTION] = [*questions, *GENERIC_QUESTIONS]
-    examples[OTHER] = list(GENERIC_OTHER)
+    generic = pack_or_default(profile.languages[0]).examples
+    examples[QUESTION] = [*questions, *generic.questions]
+    examples[OTHER] = list(generic.other)
     return examples
 
 
@@ -190,7 +188,7 @@ def _rule_value(item: FieldSpec, text: str, bare: bool, today: Any) -> Any:
         said = name_said(text, item.language)
         return said if said and parse_name(said, item.not_names, item.language) else None
     if item.type == "code" and bare:
-        return text if parse_code(text, item.pattern) is not None else None
+        return text if parse_code(text, item.pattern, item.language) is not None else None
     if item.type in ("text", "reference") and bare and _free_answer(text, item.language):
         return text
     return None
@@ -269,13 +267,10 @@ class Reader:
         codes = {f.name for f in fields if f.type == "code"}
         language = fields[0].language if fields else "en"
         copied = {name: value for name, value in values.items()
-                  if (code_said_in(value, text) if name in codes else said_in(value, text, language))}
+                  if (code_said_in if name in codes else said_in)(value, text, language)}
         if len(copied) < len(values):  # a schema makes a small model fill every key: "John Doe"
             record["not_said"] = sorted(set(values) - set(copied))
         return Reading(intent, copied, "model", record)
-
-
-_FILLER = frozenset("a an the my our it is it's for with at on in of to please".split())
 
 
 def said_in(value: Any, text: str, language: str = "en") -> bool:
@@ -283,17 +278,23 @@ def said_in(value: Any, text: str, language: str = "en") -> bool:
     digits, "two" as "2", "두" as "2"; in any script). A value the caller never said is the model's
     invention, never used. A word outside ASCII may carry a particle in the words ("김민수로"
     holds "김민수")."""
+    small = _small_words(language)
     heard = set(re.findall(r"[^\W_]+", digits(text.lower(), language)))
-    words = [w for w in re.findall(r"[^\W_]+", digits(str(value).lower(), language)) if w not in _FILLER]
+    words = [w for w in re.findall(r"[^\W_]+", digits(str(value).lower(), language)) if w not in small]
     return bool(words) and all(w in heard or (not w.isascii() and any(h.startswith(w) for h in heard))
                                for w in words)
 
 
-def code_said_in(value: Any, text: str) -> bool:
+@functools.cache
+def _small_words(language: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in pack_or_default(language).small_words)
+
+
+def code_said_in(value: Any, text: str, language: str = "en") -> bool:
     """A code the model copied is one the caller read out, in whatever pieces ("M N seven three
     one zero" holds "MN7310")."""
-    code = "".join(code_pieces(str(value)))
-    return bool(code) and code in "".join(code_pieces(text))
+    code = "".join(code_pieces(str(value), language))
+    return bool(code) and code in "".join(code_pieces(text, language))
 
 
 def count_tokens(usage: dict[str, Any]) -> dict[str, Any]:

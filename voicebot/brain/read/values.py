@@ -5,43 +5,149 @@ A 1.5B model copies the words a caller said for a field well enough; turning
 19:30 and 4 is work for a parser that is never creative. Numbers written as
 words go through ``text_to_num`` (text2num), dates through ``parsedatetime``
 with the few phrases it gets wrong handled first. Every function returns None
-when the words do not hold a value of its kind: code then asks again.
+when the words do not hold a value of its kind: code then asks again. The words
+of those rules are the language pack's ``library_values`` and ``names`` (en.yaml).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import parsedatetime
 import snowballstemmer
 from text_to_num import alpha2digit
 
+from voicebot.brain.lang import LanguagePack, pack_or_default
 from voicebot.brain.read import pack_values
 from voicebot.brain.read.clock import clock, next_day_of_month, shifted
 
 _CALENDAR = parsedatetime.Calendar(version=parsedatetime.VERSION_CONTEXT_STYLE)
 # Other forms of a choice's words ("coloured", "trims"): the Snowball stemmer, not a suffix list.
 _STEMMER = snowballstemmer.stemmer("english")
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
-           "october", "november", "december")
-# A day of the month said as one: "the 12th", "on 3rd", or the ordinal alone as the whole answer
-# ("Twelfth."); an ordinal inside other words is not a day ("one thing first: ...").
-_ORDINAL_DAY = re.compile(r"\b(?:the|on)\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\s+\w+)"
-                          r"|^\W*(\d{1,2})(?:st|nd|rd|th)\W*$")
-_ORDINAL_ALONE = re.compile(r"\b\d{1,2}(?:st|nd|rd|th)\b(?!\s+of\s+\w+)")  # judged by _ORDINAL_DAY
-_WEEKDAY = re.compile(r"\b(" + "|".join(_WEEKDAYS) + r")s?\b")
-_NEXT_WEEKDAY = re.compile(r"\bnext\s+(" + "|".join(_WEEKDAYS) + r")\b")
-_DATE_WORDS = re.compile(r"\b(?:today|tonight|tomorrow|day after tomorrow|weekend|" + "|".join(_WEEKDAYS) +
-                         "|" + "|".join(_MONTHS) + r"|next week|\d{4}-\d{2}-\d{2}|\d{1,2}(?:st|nd|rd|th))\b")
-_ORDINAL_WORDS = {
-    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
-    "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13, "fourteenth": 14,
-    "fifteenth": 15, "sixteenth": 16, "seventeenth": 17, "eighteenth": 18, "nineteenth": 19,
-    "twentieth": 20, "thirtieth": 30}
+_NONE = r"(?!x)x"  # no words: matches nothing
+
+
+def _alternation(pack: LanguagePack, words: Sequence[str]) -> str:
+    return pack.phrases(list(words))
+
+
+def _spelled(words: Sequence[str]) -> str:
+    """Phrases as said or as an STT writes them: a dot or an apostrophe may be left out, and a
+    space may follow a dot ("a.m." is also "am", "a. m."; "o'clock" is also "oclock")."""
+    def one(phrase: str) -> str:
+        marks = {".": r"\.?\s?", "'": "'?"}
+        pattern = "".join(marks.get(ch, re.escape(ch)) for ch in phrase.rstrip("."))
+        return pattern + (r"\.?" if phrase.endswith(".") else "")
+
+    ordered = sorted({" ".join(w.lower().split()) for w in words if w.strip()}, key=len, reverse=True)
+    return "|".join(r"\s+".join(one(part) for part in phrase.split()) for phrase in ordered) or _NONE
+
+
+def _indexed(words: Sequence[str]) -> str:
+    """An alternation whose group ``w<i>`` tells which of ``words`` matched (``_index``), longest first."""
+    ordered = sorted(enumerate(words), key=lambda said: len(said[1]), reverse=True)
+    return "|".join(f"(?P<w{i}>{re.escape(w.lower())})" for i, w in ordered) or _NONE
+
+
+def _index(match: re.Match[str]) -> int:
+    return next(int(name[1:]) for name, said in match.groupdict().items() if name[0] == "w" and said)
+
+
+def _said(table: dict[str, int], words: str) -> int:
+    """The number ``table`` gives the phrase matched in ``words`` (spacing and commas aside)."""
+    plain = {" ".join(k.lower().split()): v for k, v in table.items()}
+    return plain[" ".join(words.lower().replace(",", " ").split())]
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """One language's ``library_values`` and name words as the patterns the rules below use."""
+    pack: LanguagePack
+    ordinals: dict[str, int]
+    ordinal_word: re.Pattern[str]
+    ordinal_compound: re.Pattern[str]
+    date_words: re.Pattern[str]
+    ordinal_day: re.Pattern[str]
+    ordinal_alone: re.Pattern[str]
+    weekday: re.Pattern[str]
+    next_weekday: re.Pattern[str]
+    weekend: re.Pattern[str]
+    days: tuple[tuple[re.Pattern[str], int], ...]
+    time: re.Pattern[str]
+    am: re.Pattern[str]
+    pm: re.Pattern[str]
+    half_of_day: re.Pattern[str]
+    past_to: re.Pattern[str]
+    noon: re.Pattern[str]
+    not_times: re.Pattern[str]
+    time_leads: frozenset[str]
+    name_lead: re.Pattern[str]
+    name_end: re.Pattern[str]
+    not_a_name: re.Pattern[str]
+    later: re.Pattern[str]
+    size: re.Pattern[str]
+    push: re.Pattern[str]
+    not_changes: re.Pattern[str]
+    day_after: re.Pattern[str]
+    day_before: re.Pattern[str]
+
+
+@functools.cache
+def _rules(language: str) -> _Rules:
+    pack = pack_or_default(language)
+    read, names = pack.library_values, pack.names
+    numbers, dates, times, changes = read.numbers, read.dates, read.times, read.changes
+    said = functools.partial(_alternation, pack)
+    suffixes = said(numbers.ordinal_suffixes)
+    units = {w: n for w, n in numbers.ordinals.items() if n < 10}
+    not_of = rf"(?!\s+(?:{said(dates.of)})\s+\w+)"
+    weekdays = _indexed(dates.weekdays)
+    size = (rf"(?P<size>{said(changes.sizes)})|(?P<n>\d{{1,3}})\s+(?:(?P<hours>{said(changes.hours)})"
+            rf"|(?P<minutes>{said(changes.minutes)}))")
+    moved = rf"(?:{said(changes.moved)}|(?:{said(changes.moved_articles)})\s+\w+)"
+    past_to = "|".join([*(f"(?P<p{i}>{said([w])})" for i, w in enumerate(times.past)),
+                        *(f"(?P<t{i}>{said([w])})" for i, w in enumerate(times.to))]) or _NONE
+    return _Rules(
+        pack=pack,
+        ordinals={w.lower(): n for w, n in numbers.ordinals.items()},
+        ordinal_word=re.compile(rf"\b({said(numbers.ordinals)})\b", re.I),
+        ordinal_compound=re.compile(rf"\b({said(numbers.ordinal_tens)})[- ]({said(units)})\b", re.I),
+        date_words=re.compile(rf"\b(?:{said([*dates.days, *dates.also, *dates.weekdays, *dates.months])}"
+                              rf"|\d{{4}}-\d{{2}}-\d{{2}}|\d{{1,2}}(?:{suffixes}))\b"),
+        ordinal_day=re.compile(rf"\b(?:{said(dates.day_leads)})\s+(\d{{1,2}})(?:{suffixes})\b{not_of}"
+                               rf"|^\W*(\d{{1,2}})(?:{suffixes})\W*$"),
+        ordinal_alone=re.compile(rf"\b\d{{1,2}}(?:{suffixes})\b{not_of}"),
+        weekday=re.compile(rf"\b(?:{weekdays})s?\b"),
+        next_weekday=re.compile(rf"\b(?:{said(dates.next)})\s+(?:{weekdays})\b"),
+        weekend=re.compile(rf"\b(?:{said(dates.weekend)})\b"),
+        days=tuple((re.compile(rf"\b(?:{said([w])})\b"), n) for w, n in dates.days.items()),
+        time=re.compile(rf"\b(\d{{1,2}})(?:(?::|\s|\.)([0-5]\d))?\s*"
+                        rf"({_spelled([*times.am, *times.pm, *times.oclock])})?(?=\W|$)"),
+        am=re.compile(_spelled(times.am)),
+        pm=re.compile(_spelled(times.pm)),
+        half_of_day=re.compile(rf"\s*({_spelled([*times.am, *times.pm])})"),
+        past_to=re.compile(rf"\b(?:{past_to})\s+(?P<hour>\d{{1,2}})\b"),
+        noon=re.compile(rf"\b(?:(?P<noon>{said(times.noon)})|(?P<midnight>{said(times.midnight)}))\b"),
+        not_times=re.compile(rf"\b(\d{{1,2}})\s+(?:{said(times.durations)})\b"),
+        time_leads=frozenset(w.lower() for w in times.leads),
+        name_lead=re.compile(rf"^(?:(?:{said(names.answer_sounds)})[,.]?\s+)*"
+                             rf"(?:(?:{said(names.answer_leads)})\s+)+", re.I),
+        name_end=re.compile(rf"\s*,?\s*(?:{said(names.ends)})$", re.I),
+        not_a_name=re.compile(rf"\b(?:{said(names.never)})\b|\d|\?", re.I),
+        later=re.compile(rf"\b(?:(?:{size})\s+)?(?:(?P<later>{said(changes.later)})"
+                         rf"|(?P<earlier>{said(changes.earlier)}))\b"),
+        size=re.compile(rf"\b(?:{size})\b"),
+        push=re.compile(rf"\b(?:(?P<back>{said(changes.push_back)})\s+{moved}?\s*(?:{said(changes.back)})"
+                        rf"|(?:{said(changes.bring_forward)})\s+{moved}?\s*(?:{said(changes.forward)}))\b"),
+        not_changes=re.compile(rf"\b(?:{said(changes.not_changes)})\b"),
+        day_after=re.compile(rf"\b(?:{said(changes.day_after)})\b"),
+        day_before=re.compile(rf"\b(?:{said(changes.day_before)})\b"),
+    )
 
 
 def digits(text: str, language: str = "en") -> str:
@@ -50,11 +156,16 @@ def digits(text: str, language: str = "en") -> str:
     numbers by its numerals ("두 명" -> "2 명")."""
     if pack_values.reads_values(language):
         return pack_values.digits(text, language)
-    text = re.sub(r"\btwenty[- ](first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)\b",
-                  lambda m: f"{20 + _ORDINAL_WORDS[m[1]]}th", text, flags=re.I)
-    text = re.sub(r"\bthirty[- ]first\b", "31st", text, flags=re.I)
-    text = re.sub(r"\b(" + "|".join(_ORDINAL_WORDS) + r")\b",
-                  lambda m: f"{_ORDINAL_WORDS[m[1].lower()]}th", text, flags=re.I)
+    rules = _rules(language)
+    written = rules.pack.library_values.numbers.ordinal or "{n}"
+
+    def compound(said: re.Match[str]) -> str:
+        tens, units = rules.pack.library_values.numbers.ordinal_tens, rules.ordinals
+        day = _said(tens, said[1]) + units[said[2].lower()]
+        return written.format(n=day) if day <= 31 else said[0]  # a day of the month
+
+    text = rules.ordinal_compound.sub(compound, text)
+    text = rules.ordinal_word.sub(lambda said: written.format(n=rules.ordinals[said[1].lower()]), text)
     return alpha2digit(text, "en", threshold=0)
 
 
@@ -64,30 +175,29 @@ def parse_date(text: str, today: dt.date, language: str = "en") -> dt.date | Non
     "December 12th", "2030-01-09". A weekday is the nearest one, today included."""
     if pack_values.reads_values(language):
         return pack_values.parse_date(text, today, language)
-    words = digits(text.lower().replace("’", "'"))
-    if not _DATE_WORDS.search(_ORDINAL_ALONE.sub(" ", words)) and not _ORDINAL_DAY.search(words):
+    rules = _rules(language)
+    words = digits(text.lower().replace("’", "'"), language)
+    dated = rules.date_words.search(rules.ordinal_alone.sub(" ", words)) or rules.ordinal_day.search(words)
+    if not dated:
         return None
     if iso := re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", words):
         try:
             return dt.date(int(iso[1]), int(iso[2]), int(iso[3]))
         except ValueError:
             return None
-    if re.search(r"\b(?:the|this|next) weekend\b", words):  # its Saturday
+    if rules.weekend.search(words):  # its Saturday
         return today + dt.timedelta(days=(5 - today.weekday()) % 7)
-    if re.search(r"\bday after tomorrow\b", words):
-        return today + dt.timedelta(days=2)
-    if re.search(r"\b(?:today|tonight)\b", words):
-        return today
-    if re.search(r"\btomorrow\b", words):
-        return today + dt.timedelta(days=1)
-    if nxt := _NEXT_WEEKDAY.search(words):
-        ahead = (_WEEKDAYS.index(nxt[1]) - today.weekday()) % 7 or 7
-        return today + dt.timedelta(days=ahead)
-    month = next((m for m in _MONTHS if re.search(rf"\b{m[:3]}\w*\b", words)), None)
-    if month is None and (day := _ORDINAL_DAY.search(words)):
+    for phrase, ahead in rules.days:
+        if phrase.search(words):
+            return today + dt.timedelta(days=ahead)
+    if nxt := rules.next_weekday.search(words):
+        return today + dt.timedelta(days=(_index(nxt) - today.weekday()) % 7 or 7)
+    months = rules.pack.library_values.dates.months
+    month = next((m for m in months if re.search(rf"\b{re.escape(m[:3].lower())}\w*\b", words)), None)
+    if month is None and (day := rules.ordinal_day.search(words)):
         return next_day_of_month(int(day[1] or day[2]), today)
-    if month is None and (weekday := _WEEKDAY.search(words)):
-        return today + dt.timedelta(days=(_WEEKDAYS.index(weekday[1]) - today.weekday()) % 7)
+    if month is None and (weekday := rules.weekday.search(words)):
+        return today + dt.timedelta(days=(_index(weekday) - today.weekday()) % 7)
     parsed, flag = _CALENDAR.parseDT(words, dt.datetime.combine(today, dt.time(12)))
     if not flag:
         return None
@@ -101,17 +211,6 @@ def parse_date(text: str, today: dt.date, language: str = "en") -> dt.date | Non
 
 
 # ---- times --------------------------------------------------------------------
-_TIME = re.compile(
-    r"\b(\d{1,2})(?:(?::|\s|\.)([0-5]\d))?\s*(a\.?\s?m\.?|p\.?\s?m\.?|o'?clock|in the morning|"
-    r"in the afternoon|in the evening|at night|tonight)?(?=\W|$)")
-_HALF_PAST = re.compile(r"\bhalf\s+past\s+(\d{1,2})\b")
-_QUARTER = re.compile(r"\bquarter\s+(past|to)\s+(\d{1,2})\b")
-_NOON = re.compile(r"\b(noon|midday|midnight)\b")
-# Durations are no clock times; a number field's counted words ("4 people") are taken out before
-# a time is read (``numbers.without_numbers``).
-_NOT_TIMES = re.compile(r"\b(\d{1,2})\s+(?:minutes|hours|days|weeks)\b")
-
-
 def parse_time(text: str, between: Sequence[str] | None = None, language: str = "en",
                bare: bool = True) -> str | None:
     """A clock time as "HH:MM": "seven pm", "7:30", "half past seven", "seven thirty", "noon".
@@ -120,40 +219,47 @@ def parse_time(text: str, between: Sequence[str] | None = None, language: str = 
     ``bare``: a number alone is an hour (the answer to "at what time?", not to "how many?")."""
     if pack_values.reads_values(language):
         return pack_values.parse_time(text, between, language, bare)
-    words = _NOT_TIMES.sub(" ", digits(text.lower().replace("’", "'")))
-    if noon := _NOON.search(words):
-        return "00:00" if noon[1] == "midnight" else "12:00"
-    if half := _HALF_PAST.search(words):
-        return _clock(int(half[1]), 30, _suffix_after(words, half.end()), between)
-    if quarter := _QUARTER.search(words):
-        hour = int(quarter[2]) - (1 if quarter[1] == "to" else 0)
-        return _clock(hour, 15 if quarter[1] == "past" else 45, _suffix_after(words, quarter.end()), between)
-    for match in _TIME.finditer(words):
+    rules = _rules(language)
+    words = rules.not_times.sub(" ", digits(text.lower().replace("’", "'"), language))
+    if noon := rules.noon.search(words):
+        return "00:00" if noon["midnight"] else "12:00"
+    if said := rules.past_to.search(words):
+        return _past_or_to(said, rules, words, between)
+    for match in rules.time.finditer(words):
         hour, minute, suffix = int(match[1]), int(match[2] or 0), (match[3] or "")
-        if not suffix and match[2] is None and not _time_context(words, match.start(), bare):
+        if not suffix and match[2] is None and not _time_context(words, match.start(), bare, rules):
             continue  # a bare number ("for 4") is no time unless "at" or "around" comes before it
         if hour <= 24:
-            return _clock(hour, minute, suffix, between)
+            return _clock(hour, minute, suffix, between, rules)
     return None
 
 
-def _time_context(words: str, start: int, bare: bool) -> bool:
+def _past_or_to(said: re.Match[str], rules: _Rules, words: str, between: Sequence[str] | None) -> str | None:
+    """"half past 7" (30 minutes past it), "quarter to 8" (15 minutes before it)."""
+    times = rules.pack.library_values.times
+    hour, half = int(said["hour"]), _half_of_day(words, said.end(), rules)
+    for i, phrase in enumerate(times.past):
+        if said[f"p{i}"]:
+            return _clock(hour, times.past[phrase], half, between, rules)
+    before = next(times.to[phrase] for i, phrase in enumerate(times.to) if said[f"t{i}"])
+    return _clock(hour - 1, 60 - before, half, between, rules)
+
+
+def _time_context(words: str, start: int, bare: bool, rules: _Rules) -> bool:
     before = words[:start].split()[-1:] or [""]
-    return before[0] in {"at", "around", "about", "by", "after", "before", "from", "till", "until"} \
+    return before[0] in rules.time_leads \
         or (bare and words.strip() == words[start:].strip())  # the whole answer is the number
 
 
-def _suffix_after(words: str, end: int) -> str:
-    match = re.match(r"\s*(a\.?\s?m\.?|p\.?\s?m\.?|in the morning|in the afternoon|in the evening|tonight)",
-                     words[end:])
+def _half_of_day(words: str, end: int, rules: _Rules) -> str:
+    match = rules.half_of_day.match(words[end:])
     return match[1] if match else ""
 
 
-def _clock(hour: int, minute: int, suffix: str, between: Sequence[str] | None) -> str | None:
-    suffix = suffix.replace(".", "").replace(" ", "")
-    if suffix.startswith("pm") or suffix in ("intheafternoon", "intheevening", "atnight", "tonight"):
+def _clock(hour: int, minute: int, suffix: str, between: Sequence[str] | None, rules: _Rules) -> str | None:
+    if rules.pm.fullmatch(suffix):
         return clock(hour, minute, "pm", between)
-    if suffix.startswith("am") or suffix == "inthemorning":
+    if rules.am.fullmatch(suffix):
         return clock(hour, minute, "am", between)
     return clock(hour, minute, "", between)
 
@@ -164,21 +270,9 @@ def parse_integer(text: str, language: str = "en") -> int | None:
     means in other words, "just me", is the field's own: ``numbers.py``)."""
     if pack_values.reads_values(language):
         return pack_values.parse_integer(text, language)
-    words = digits(text.lower())
+    words = digits(text.lower(), language)
     found = re.findall(r"(?<![\d:])\d{1,7}(?![\d:])", words)
     return int(found[0]) if len(found) == 1 else None
-
-
-_NAME_LEAD = re.compile(
-    r"^(?:(?:yes|yeah|sure|okay|ok|so|well|um|uh)[,.]?\s+)*(?:(?:it's|it is|its|my name is|my name's|"
-    r"the name is|name is|the name's|this is|i'm|i am|under|call me|put it under|under the name|"
-    r"book it under|for)\s+)+", re.I)
-_NOT_A_NAME = re.compile(
-    r"\b(?:book|reserv|appointment|tomorrow|today|pm|am|o'clock|what|when|how|why|where|"
-    r"yes|no|cancel|change|don't|do not|sorry|please|help|looking|calling|just|not|here|good|fine|"
-    r"hoping|trying|wondering|interested|afraid|sure|okay|ok|well|great|thanks|thank|then|instead|"
-    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|tonight|morning|evening|noon)\b|\d|\?",
-    re.I)
 
 
 def parse_name(text: str, not_names: frozenset[str] = frozenset(), language: str = "en") -> str | None:
@@ -187,10 +281,11 @@ def parse_name(text: str, not_names: frozenset[str] = frozenset(), language: str
     none of ``not_names`` (the business's own words: "A table, please.")."""
     if pack_values.reads_values(language):
         return pack_values.parse_name(text, not_names, language)
-    name = _NAME_LEAD.sub("", text.strip()).strip(" .,!")
-    name = re.sub(r"\s*,?\s*(?:please|thanks|thank you)$", "", name, flags=re.I).strip(" .,!")
+    rules = _rules(language)
+    name = rules.name_lead.sub("", text.strip()).strip(" .,!")
+    name = rules.name_end.sub("", name).strip(" .,!")
     words = name.split()
-    if not 1 <= len(words) <= 4 or _NOT_A_NAME.search(name):
+    if not 1 <= len(words) <= 4 or rules.not_a_name.search(name):
         return None
     if any(w.lower().strip(".,!?'") in not_names for w in words):
         return None
@@ -255,44 +350,39 @@ def normalise(kind: str, text: Any, *, today: dt.date, between: Sequence[str] | 
 
 
 # ---- changes relative to what was read back --------------------------------------
-_LATER = re.compile(r"\b(?:(an?|one|two|half an?)\s+hours?\s+|(\d{1,3})\s+minutes\s+|a\s+(?:little|bit)\s+"
-                    r"(?:bit\s+)?|slightly\s+)?(later|earlier)\b")
-_PUSH = re.compile(r"\b(?:(push|put|move)\s+(?:it|that|the\s+\w+)?\s*back|(bring|move)\s+(?:it|that|"
-                   r"the\s+\w+)?\s*forward)\b")
-_DAY_AFTER = re.compile(r"\b(?:the\s+(?:day|night)\s+after|the\s+next\s+day|a\s+day\s+later)\b")
-_DAY_BEFORE = re.compile(r"\b(?:the\s+(?:day|night)\s+before|a\s+day\s+earlier)\b")
-
-
 def relative_change(kind: str, text: str, current: Any, language: str = "en") -> Any:
     """A value relative to the one read back: "a little later" (+30 min), "an hour earlier",
     "the day after" (+1 day); a number field's change is its own (``numbers.number_change``). None
     when the words say no such change."""
     if pack_values.reads_values(language):
         return pack_values.relative_change(kind, text, current, language)
-    words = digits(text.lower().replace("’", "'"))
+    rules = _rules(language)
+    words = digits(text.lower().replace("’", "'"), language)
     if kind == "time" and isinstance(current, str) and re.fullmatch(r"\d{2}:\d{2}", current):
-        minutes = _shift_minutes(words)
+        minutes = _shift_minutes(words, rules)
         if minutes is not None and (moved := shifted(current, minutes)) is not None:
             return moved
     if kind == "date" and isinstance(current, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", current):
-        step = 1 if _DAY_AFTER.search(words) else -1 if _DAY_BEFORE.search(words) else 0
+        step = 1 if rules.day_after.search(words) else -1 if rules.day_before.search(words) else 0
         if step:
             return (dt.date.fromisoformat(current) + dt.timedelta(days=step)).isoformat()
     return None
 
 
-def _shift_minutes(words: str) -> int | None:
-    if re.search(r"\bcall\b", words):  # "I'll call back later" moves nothing
+def _shift_minutes(words: str, rules: _Rules) -> int | None:
+    if rules.not_changes.search(words):  # "I'll call back later" moves nothing
         return None
-    if shift := _LATER.search(words):
-        amount, minutes = shift[1], shift[2]
-        size = 30
-        if minutes:
-            size = int(minutes)
-        elif amount and "half" not in amount:
-            size = 120 if amount == "two" else 60
-        return size if shift[3] == "later" else -size
-    if push := _PUSH.search(words):
-        size = 60 if re.search(r"\b(?:an?|one)\s+hour\b", words) and "half" not in words else 30
-        return size if push[1] else -size
+    if shift := rules.later.search(words):
+        size = _size(shift, rules) if shift["size"] or shift["n"] else 30
+        return size if shift["later"] else -size
+    if push := rules.push.search(words):
+        size = _size(said, rules) if (said := rules.size.search(words)) else 30
+        return size if push["back"] else -size
     return None
+
+
+def _size(said: re.Match[str], rules: _Rules) -> int:
+    """A change's size in minutes: "an hour", "20 minutes", "2 hours"."""
+    if said["size"]:
+        return _said(rules.pack.library_values.changes.sizes, said["size"])
+    return int(said["n"]) * (60 if said["hours"] else 1)

@@ -113,7 +113,7 @@ class Dialogue:
                  if settings.answer_check == "model" else None)
         self.answers = Answers(knowledge, self.sentences, lambda: self.conversation.can_help(),
                                knowledge_tools(self.profile, self.tools), self.profile.knowledge.min_score,
-                               check, settings.answer_check_passages)
+                               check, settings.answer_check_passages, language)
         self.conversation = Conversation(self.profile, self.forms)
         self.turn_reader = TurnReader(self.reader, self.answers.best_score, self.sentences.anything_else,
                                       today)

@@ -310,7 +310,7 @@ class SessionRuntime(TurnGate):
         turn.record["reply"] = reply
         turn.record["dialog_state"] = turn.state.mode.value
         # Reached only when the turn completed: nothing half-finished is stored.
-        stored = Turn(request.turn_id, request.text, reply, refused=is_refusal(reply))
+        stored = Turn(request.turn_id, request.text, reply, refused=is_refusal(reply, turn.language))
         state = turn.state
 
         def append(history: SessionHistory) -> None:
