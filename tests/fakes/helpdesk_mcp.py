@@ -43,10 +43,12 @@ mcp_servers:
       open_ticket:
         read_back: open a {priority} priority ticket about {summary}
         done: Your ticket {ticket_id} is open; someone will contact you today.
-        timeout_s: 0.5
+        # Well under the plan's 3 s "timeout" and well over a write on a loaded 2-core machine:
+        # a keyed write that took longer is sent again, and the tests count the calls.
+        timeout_s: 1.5
       close_ticket:
         title: Close a ticket
-        timeout_s: 0.5
+        timeout_s: 1.5
       search_articles:
         timeout_s: 0.5
 references:
