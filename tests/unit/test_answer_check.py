@@ -12,6 +12,7 @@ from tests.fakes.fake_llm import is_answer_check
 from voicebot.brain.act.answerable import ModelAnswerCheck, Verdict
 from voicebot.brain.act.answers import Answers
 from voicebot.brain.business.profile import Sentences
+from voicebot.brain.lang import language_pack
 from voicebot.brain.llm import OpenAIChatClient
 
 UNKNOWN = "Sorry, I don't know that."
@@ -53,7 +54,7 @@ class Judge:
 
 
 def answers(check, *passages: Found, check_passages: int = 2) -> Answers:
-    sentences = Sentences(unknown_fact=UNKNOWN)
+    sentences = Sentences(**{**language_pack("en").sentences, "unknown_fact": UNKNOWN})
     return Answers(Shelf(*passages), sentences, lambda: "I can help you book a table.", check=check,
                    check_passages=check_passages)
 

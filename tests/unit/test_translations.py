@@ -82,3 +82,10 @@ def test_a_field_the_first_language_leaves_to_the_schema_can_be_asked_in_another
     field = profile.in_language("ko").tasks["book"].fields["party"]
     assert (field.ask, field.counts) == ("몇 분이세요?", ["명"])
     assert "party" not in profile.tasks["book"].fields
+
+
+def test_a_business_whose_first_language_is_korean_says_the_brains_own_sentences_in_korean():
+    hanok = parse_profile({"name": "한옥", "languages": ["ko"], "sentences": {"goodbye": "또 오세요!"}})
+    assert hanok.sentences.goodbye == "또 오세요!"  # the business's own
+    assert hanok.sentences.fallback == language_pack("ko").sentences["fallback"]  # its language's
+    assert parse_profile({"name": "Joe's"}).sentences.fallback == language_pack("en").sentences["fallback"]

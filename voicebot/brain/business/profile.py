@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from voicebot.brain.business.errors import ProfileError
 from voicebot.brain.business.knowledge import KnowledgeSettings, load_passages
 from voicebot.brain.business.translations import Translation, check_languages, in_language, packed
+from voicebot.brain.lang import LanguageError, language_pack
 
 __all__ = ["ProfileError"]  # raised here, defined in errors.py; importers may take it from either
 log = logging.getLogger(__name__)
@@ -41,38 +42,35 @@ class _Strict(BaseModel):
 
 
 class Sentences(_Strict):
-    """What code says in its own words. ``{action}`` is a read-back of the pending action."""
+    """What code says in its own words, in the profile's language: the language pack's
+    ``sentences`` (``lang/<language>.yaml``) under the profile's own. ``{action}`` is a read-back
+    of the pending action; docs/add-a-business.md lists every key and its placeholders."""
 
-    fallback: str = "Sorry, I'm having trouble right now. Could you say that again?"
-    blocked: str = "Sorry, I can't help with that here."
-    handoff: str = "I'll connect you with a colleague now; they'll have all the details."
-    unknown_outcome: str = ("I could not confirm that it went through; a colleague will check and "
-                            "get back to you.")
-    confirm: str = "To confirm: {action}. Shall I go ahead?"
-    confirm_again: str = "Just to be sure: {action}. Shall I go ahead? Please say yes or no."
-    ask_what_to_change: str = "Okay, nothing is done. What would you like to change?"
-    done: str = "Done: {action}."
-    refused: str = "Sorry, that did not work: {reason}."
-    tool_unavailable: str = "Sorry, I can't check that right now. Please try again in a moment."
-    # A question the business's knowledge does not answer: never a guess.
-    unknown_fact: str = "Sorry, I don't have that information."
-    can_help: str = "I can help you {tasks}."  # what the bot can do, after an unknown fact
-    hello: str = "Hello, this is {name}."  # the answer to a caller's hello, before can_help
-    ask_again: str = "Sorry, I didn't catch that. {question}"
-    # The wished value is not possible: what the business's tool offers instead.
-    alternatives: str = "Sorry, nothing is free {wanted}. I can offer {options}. Which would you like?"
-    nothing_free: str = "Sorry, nothing is free {wanted}. Would another day suit you?"
-    offer: str = "I can offer {options}. Which would you like?"  # the tool's items, nothing asked for
-    not_found: str = "Sorry, I couldn't find that. {question}"
-    nothing_done: str = "Okay, nothing is done. Is there anything else I can help with?"
-    anything_else: str = "Is there anything else I can help with?"
-    goodbye: str = "Thank you for calling. Goodbye!"
-    not_done: str = "Sorry, that didn't go through, so nothing was done."
-    found_items: str = "I found {items}."  # what a lookup found, each item in the task's `found`
-    # A value the business's tool did not accept: that field is asked again, the others kept.
-    field_again: str = "Sorry, that {field} was not accepted. {question}"
-    # A turn that could not wait any longer for the caller's last request to finish.
-    still_working: str = "One moment, I'm still working on your last request. Please say that again."
+    fallback: str
+    blocked: str
+    handoff: str
+    unknown_outcome: str
+    confirm: str
+    confirm_again: str
+    ask_what_to_change: str
+    done: str
+    refused: str
+    tool_unavailable: str
+    unknown_fact: str
+    can_help: str
+    hello: str
+    ask_again: str
+    alternatives: str
+    nothing_free: str
+    offer: str
+    not_found: str
+    nothing_done: str
+    anything_else: str
+    goodbye: str
+    not_done: str
+    found_items: str
+    field_again: str
+    still_working: str
 
 
 class ScreenSettings(_Strict):
@@ -292,7 +290,7 @@ class Profile(_Strict):
     # What callers talk about, for the speech recogniser (STT_CONTEXT; make run passes it):
     # a sentence naming the business's topics and its own words (dishes, streets, names).
     stt_context: str = Field("", max_length=600)
-    sentences: Sentences = Field(default_factory=Sentences)
+    sentences: Sentences
     guard: GuardSettings = Field(default_factory=GuardSettings)
     mcp_servers: list[McpServer] = Field(default_factory=list)
     references: dict[str, ReferenceKind] = Field(default_factory=dict)
@@ -305,6 +303,19 @@ class Profile(_Strict):
     translations: dict[str, Translation] = Field(default_factory=dict)
     # Where the profile file is: knowledge files are read relative to it.
     base_dir: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sentences_in_its_language(cls, data: Any) -> Any:
+        """The first language's pack's sentences under the profile's own."""
+        if not isinstance(data, dict) or not isinstance(data.get("sentences", {}), dict):
+            return data
+        languages = data.get("languages") or ["en"]
+        try:
+            pack = language_pack(str(languages[0]).lower())
+        except LanguageError:
+            return data  # the languages' own check names it
+        return {**data, "sentences": {**pack.sentences, **(data.get("sentences") or {})}}
 
     @field_validator("mcp_servers")
     @classmethod

@@ -98,7 +98,8 @@ def in_language(profile: Profile, language: str) -> Profile:
     unknown = sorted(set(text.tasks) - set(profile.tasks))
     if unknown:
         raise ValueError(f"translations.{language}.tasks: {', '.join(unknown)} is not a task of the profile")
-    sentences = type(profile.sentences)(**{**language_pack(language).sentences, **text.sentences})
+    said = {**profile.sentences.model_dump(), **language_pack(language).sentences, **text.sentences}
+    sentences = type(profile.sentences)(**said)
     tasks = {name: _task_in(settings, text.tasks.get(name)) for name, settings in profile.tasks.items()}
     update: dict[str, Any] = {"sentences": sentences, "tasks": tasks, "translations": {},
                               "languages": [language], "mcp_servers": _servers_in(profile, text.tool_errors)}

@@ -287,7 +287,8 @@ class LanguagePack(_Strict):
     refusal: Refusal = Refusal()
     speak: Speak = Speak()
     # The brain's own sentences in this language, where a business's profile does not write its
-    # own (the keys of ``sentences`` in docs/add-a-business.md; English is the profile's default).
+    # own (the keys of ``sentences`` in docs/add-a-business.md); a profile's first language needs
+    # every key, from here or from the profile.
     sentences: dict[str, str] = {}
 
     def phrases(self, words: list[str], drawn_out: bool = False) -> str:
