@@ -26,10 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from voicebot.brain.business.errors import ProfileError
 from voicebot.brain.business.knowledge import KnowledgeSettings, load_passages
+from voicebot.brain.business.sentences import Sentences
 from voicebot.brain.business.translations import Translation, check_languages, in_language, packed
 from voicebot.brain.lang import LanguageError, language_pack
 
-__all__ = ["ProfileError"]  # raised here, defined in errors.py; importers may take it from either
+# Defined in errors.py and sentences.py; importers may take them from either.
+__all__ = ["ProfileError", "Sentences"]
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[3]
 # The demo businesses, each a folder: profile.yaml, knowledge.md and its MCP server.
@@ -39,38 +41,6 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Sentences(_Strict):
-    """What code says in its own words, in the profile's language: the language pack's
-    ``sentences`` (``lang/<language>.yaml``) under the profile's own. ``{action}`` is a read-back
-    of the pending action; docs/add-a-business.md lists every key and its placeholders."""
-
-    fallback: str
-    blocked: str
-    handoff: str
-    unknown_outcome: str
-    confirm: str
-    confirm_again: str
-    ask_what_to_change: str
-    done: str
-    refused: str
-    tool_unavailable: str
-    unknown_fact: str
-    can_help: str
-    hello: str
-    ask_again: str
-    alternatives: str
-    nothing_free: str
-    offer: str
-    not_found: str
-    nothing_done: str
-    anything_else: str
-    goodbye: str
-    not_done: str
-    found_items: str
-    field_again: str
-    still_working: str
 
 
 class ScreenSettings(_Strict):

@@ -156,7 +156,8 @@ function onEvent(ev) {
       vb.interrupts++; vb.playedAtInterrupt = playedMs();
       stopPlayback(); dropping = true; currentTurn = null;
       vb.playingAfterInterrupt = vb.playing();
-      markBargeIn(ev.turn_id, vb.playedAtInterrupt); status("hearing", "hearing you"); break;
+      markBargeIn(ev.turn_id, vb.playedAtInterrupt); status("hearing", "hearing you");
+      vb.statusAtInterrupt = $("status").textContent; break;
     case "turn.metrics": vb.metrics = ev.ms; showTiming(ev.turn_id, ev.ms); break;
     case "error": note(`error ${ev.code}: ${ev.message}`, "err"); break;
   }
