@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run check-profile test test-compose setup setup-dev protos lint docs check-protos bench-stt bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-guard bench-urgent bench-v2v bench-turns bench-turn-scores clean
+.PHONY: run check-profile test test-compose setup setup-dev protos lint docs check-protos bench-stt bench-stt-languages bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-guard bench-urgent bench-v2v bench-turns bench-turn-scores clean
 
 # make run needs the runtime only; make test (and the benchmarks) add the test tools.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -51,6 +51,11 @@ docs: setup-dev
 ## STT benchmark: generated speech at real-time pace through the real service; prints a table and JSON.
 bench-stt: setup-dev
 	$(PY) -m bench.stt $(ARGS)
+
+## Speech recognition per language and model, in-process: Korean CER (espeak-ng's Korean voices on
+## the restaurant's Korean lines), English WER, decode time; ARGS="--model DIR" adds a candidate.
+bench-stt-languages: setup-dev
+	$(PY) -m bench.stt_languages $(ARGS)
 
 bench-brain: setup-dev
 	$(PY) -m bench.brain $(ARGS)

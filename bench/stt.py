@@ -92,16 +92,19 @@ def _cached_wav(key: str, make) -> np.ndarray:
     return resample(pcm16_to_float(pcm), rate, RATE).astype(np.float32)
 
 
-def espeak_speech(text: str, voice: str = "en-us", speed: int = 160) -> np.ndarray:
-    """espeak-ng speech at 16 kHz, its own leading/trailing silence trimmed."""
+def espeak_speech(text: str, voice: str = "en-us", speed: int = 160, pitch: int | None = None) -> np.ndarray:
+    """espeak-ng speech at 16 kHz, its own leading/trailing silence trimmed. ``pitch``: 0-99,
+    None for the voice's own."""
     if shutil.which("espeak-ng") is None:
         raise SystemExit("espeak-ng is not installed (apt-get install espeak-ng)")
+    pitch_args = [] if pitch is None else ["-p", str(pitch)]
 
     def make(out: Path) -> None:
-        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(out), text],
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), *pitch_args, "-w", str(out), text],
                        check=True, capture_output=True)
 
-    return _trim(_cached_wav(f"espeak|{voice}|{speed}|{text}", make) * 0.8)
+    key = f"espeak|{voice}|{speed}|{text}" + ("" if pitch is None else f"|p{pitch}")
+    return _trim(_cached_wav(key, make) * 0.8)
 
 
 def piper_speech(text: str) -> np.ndarray:
