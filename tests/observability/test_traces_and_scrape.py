@@ -163,7 +163,8 @@ async def test_a_spoken_turn_is_one_trace_across_all_four_services(traced_stack,
     assert reading["gen_ai.usage.output_tokens"].int_value > 0
     # Ids, not speech: no attribute carries what was said.
     [heard] = result.transcripts
-    assert "chef" in heard.lower()
+    # What was heard (Whisper may hear "the chef" as "the shed" in a segment cut on a busy machine).
+    assert "cousin" in heard.lower(), heard
     said = " ".join(heard.lower().strip(" .?!").split()[-3:])  # e.g. "to the chef"
     for span in complete[0]:
         assert not any(said in str(value).lower() for value in span["attributes"].values())
