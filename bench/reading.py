@@ -296,6 +296,7 @@ async def read_line(business: Business, line: Line) -> dict[str, Any]:
     kinds = {item.name: item.type for item in fields}
     act = act_of(TurnReader.acts(line.say, line.language), state.pending is not None) if line.act else None
     return {"profile": line.profile, "say": line.say, "expect": line.expect, "read": read,
+            "copied": reading.values,
             "fields": score(line.expect, read, kinds), "failed": reading.failed,
             "not_said": reading.record.get("not_said", []), "ms": reading.record.get("ms", 0),
             "act": act, "act_right": None if line.act is None else act == line.act}
@@ -376,7 +377,8 @@ async def main_async(args: argparse.Namespace) -> int:
             if mine:
                 results.append(summary(name, language, mine))
                 mistakes.setdefault(name, {})[language] = [
-                    {"say": row["say"], "expect": row["expect"], "read": row["read"]}
+                    {"say": row["say"], "expect": row["expect"], "read": row["read"],
+                     "copied": row["copied"], "not_said": row["not_said"]}
                     for row in mine if not all(row["fields"].values())]
     print("\n" + table(results))
     candidates = {name: {"model": CANDIDATES[name].model, "licence": CANDIDATES[name].licence,
