@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,6 +325,20 @@ def serving(candidate: Candidate, threads: int) -> Iterator[str]:
             os.environ["LLM_MODEL_PATH"] = before
 
 
+class Recorder:
+    """The chat function as the reader calls it, keeping the last answer's raw text: what the
+    model wrote before the copy check and the normalisation, for the mistakes' report."""
+
+    def __init__(self, chat: Any) -> None:
+        self.chat, self.last = chat, ""
+
+    async def __call__(self, messages: list[dict[str, Any]], **options: Any) -> AsyncIterator[Any]:
+        self.last = ""
+        async for chunk in self.chat(messages, **options):
+            self.last += chunk.text or ""
+            yield chunk
+
+
 async def read_all(name: str, url: str, places: dict[tuple[str, str], Business], lines: list[Line],
                    timeout: float) -> list[dict[str, Any]]:
     from voicebot import localllm
@@ -335,18 +349,19 @@ async def read_all(name: str, url: str, places: dict[tuple[str, str], Business],
     client = OpenAIChatClient(url, localllm.MODEL_ALIAS, temperature=settings.llm_temperature,
                               deadline_s=timeout, first_token_timeout_s=timeout,
                               extra_body=localllm.main_request_fields())
+    recorder = Recorder(client)
     rows: list[dict[str, Any]] = []
     try:
         warmed: set[tuple[str, str]] = set()
         for number, line in enumerate(lines, 1):
             business = places[line.profile, line.language]
-            business.reader.chat, business.reader.timeout_s = client, timeout
+            business.reader.chat, business.reader.timeout_s = recorder, timeout
             if (line.profile, line.language) not in warmed:  # the prompt cached, as the brain's warm-up
                 await business.reader.model_reading("Hello.", "", business.reader.fields_for(
                     SessionState(), None))
                 warmed.add((line.profile, line.language))
             row = await read_line(business, line)
-            row["language"] = line.language
+            row["language"], row["wrote"] = line.language, recorder.last
             rows.append(row)
             mark = "ok " if all(row["fields"].values()) else "---"
             wrong = {k: row["read"].get(k) for k, right in row["fields"].items() if not right}
@@ -378,7 +393,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 results.append(summary(name, language, mine))
                 mistakes.setdefault(name, {})[language] = [
                     {"say": row["say"], "expect": row["expect"], "read": row["read"],
-                     "copied": row["copied"], "not_said": row["not_said"]}
+                     "wrote": row["wrote"], "kept_by_copy_check": row["copied"]}
                     for row in mine if not all(row["fields"].values())]
     print("\n" + table(results))
     candidates = {name: {"model": CANDIDATES[name].model, "licence": CANDIDATES[name].licence,
