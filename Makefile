@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run check-profile test test-compose setup setup-dev protos lint docs check-protos bench-stt bench-stt-languages bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-guard bench-urgent bench-v2v bench-turns bench-turn-scores clean
+.PHONY: run check-profile test test-compose setup setup-dev protos lint docs check-protos bench-stt bench-stt-languages bench-brain bench-tts bench-bargein bench-gateway bench-abuse bench-load bench-dialog bench-knowledge bench-answerable bench-reading bench-guard bench-urgent bench-v2v bench-turns bench-turn-scores clean
 
 # make run needs the runtime only; make test (and the benchmarks) add the test tools.
 $(VENV)/.installed: pyproject.toml scripts/bootstrap.sh
@@ -76,6 +76,11 @@ bench-knowledge: setup-dev
 ## Whether a passage answers the question: the candidate checks side by side on labelled pairs.
 bench-answerable: setup-dev
 	$(PY) -m bench.answerable $(ARGS)
+
+## How well each candidate LLM reads callers' lines (bench/readings.yaml), per language, side by side:
+## field and line accuracy, failed readings, time per reading (ARGS="--models shipped --limit 20").
+bench-reading: setup-dev
+	$(PY) -m bench.reading $(ARGS)
 
 ## The topic guard's block rates on tests/guard_corpora with the real model.
 bench-guard: setup-dev
