@@ -13,7 +13,7 @@ from voicebot.brain.read.dialog import asks_for_human, is_dialogue_act
 @pytest.mark.parametrize(("text", "answer"), [
     ("yes", Answer.YES), ("Yes, please.", Answer.YES), ("yeah go ahead", Answer.YES),
     ("that's right", Answer.YES), ("Sure, thanks!", Answer.YES),
-    ("Okay.", Answer.YES), ("Perfect, go ahead.", Answer.YES),
+    ("Okay.", Answer.YES), ("Perfect, go ahead.", Answer.YES), ("Yes, that's perfect.", Answer.YES),
     ("no", Answer.NO), ("No.", Answer.NO), ("nope", Answer.NO),
     ("Wait.", Answer.NO), ("No, thank you.", Answer.NO),
     ("Okay?", Answer.UNSURE), ("Yes?", Answer.UNSURE), ("Hmm, maybe.", Answer.UNSURE),
@@ -30,7 +30,7 @@ def test_the_answer_to_a_read_back(text, answer):
 
 @pytest.mark.parametrize(("text", "answer"), [
     ("네", Answer.YES), ("네, 예약해주세요", Answer.YES), ("네 맞아요.", Answer.YES),
-    ("해 주세요", Answer.YES),
+    ("해 주세요", Answer.YES), ("네, 다 맞아요.", Answer.YES), ("좋아요, 그걸로 해 주세요.", Answer.YES),
     ("아니요", Answer.NO), ("아뇨.", Answer.NO), ("음, 글쎄요", Answer.UNSURE),
     ("아니요, 수요일로 해주세요", Answer.CHANGE), ("네, 근데 세 명이에요", Answer.CHANGE),
     ("주차 돼요?", Answer.UNSURE), ("내일 저녁 일곱 시요", Answer.OTHER),
