@@ -96,6 +96,7 @@ async def test_a_korean_booking_over_several_turns_asks_one_field_at_a_time(kore
     ("한 명 더 와요.", "people", 3),
     ("목요일로 바꿔 주세요.", "day", "2026-12-03"),
     ("아니, 아홉 시로요.", "time", "21:00"),
+    ("7시 30분으로 해 주세요.", "time", "19:30"),  # 분: the minutes, not a party of thirty
 ])
 async def test_a_korean_change_is_read_back_anew_and_only_the_new_one_is_booked(korean, change, field, value):
     make, booked = korean

@@ -5,10 +5,12 @@ their morning or evening word, changes relative to a read-back, names with their
 from __future__ import annotations
 
 import datetime as dt
+from types import SimpleNamespace
 
 import pytest
 
 from voicebot.brain.lang import LanguageError, load_pack
+from voicebot.brain.read.numbers import number_words, said_number, without_numbers
 from voicebot.brain.read.numerals import numerals_to_digits
 from voicebot.brain.read.values import (
     normalise,
@@ -109,3 +111,13 @@ def test_a_pack_whose_values_do_not_fit_fails_naming_the_key(tmp_path):
                     "values: {dates: {days: {tomorrow: soon}}}\n", encoding="utf-8")
     with pytest.raises(LanguageError, match=r"xx.yaml: values.dates.days.tomorrow"):
         load_pack(pack)
+
+
+def test_the_minutes_of_a_clock_time_are_never_a_count_of_people():
+    """분 counts minutes after an hour and, politely, people: "7시 30분" is half past seven."""
+    people = SimpleNamespace(counts=["명", "분"], said_as=["{n}명", "{n}분"], words_for={}, more=[], fewer=[])
+    counted = number_words(people, "ko")
+    assert said_number("7시 30분으로 해 주세요", counted) is None
+    assert said_number("일곱 시 삼십 분에 네 분이요", counted) == 4
+    assert said_number("세 분이요", counted) == 3
+    assert "30" in without_numbers("7시 30분에 두 명", [counted])

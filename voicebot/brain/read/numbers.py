@@ -8,6 +8,7 @@ field without them takes a number only as the answer to its own question.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,24 @@ def _words(text: str, language: str) -> str:
     return digits(text.lower().replace("’", "'"), language)
 
 
+@functools.lru_cache(maxsize=16)
+def _an_hour_before(language: str) -> re.Pattern[str] | None:
+    """Words that end with a clock hour ("7시 "): a count right after them is its minutes
+    ("7시 30분"), never the field's number, where the minutes' word also counts people (분)."""
+    values = pack_or_default(language).values
+    hour = values.times.hour if values is not None else ""
+    if "{h}" not in hour:
+        return None
+    before, after = hour.split("{h}", 1)
+    return re.compile(rf"{re.escape(before)}\d{{1,2}}\s*{re.escape(after)}\s*$")
+
+
+def _counts(pattern: re.Pattern[str], words: str, language: str) -> list[re.Match[str]]:
+    """The pattern's matches in the words that are not the minutes of a clock time."""
+    hour = _an_hour_before(language)
+    return [m for m in pattern.finditer(words) if hour is None or not hour.search(words[:m.start()])]
+
+
 def said_number(text: str, numbers: NumberWords | None) -> int | None:
     """The number the words give the field without being asked: "a table for 4", "4 of us",
     "just me". None: nothing in the words is this field's number."""
@@ -91,8 +110,8 @@ def said_number(text: str, numbers: NumberWords | None) -> int | None:
         if pattern.search(words):
             return value
     for pattern in (numbers.counted, numbers.said_as):
-        if pattern is not None and (found := pattern.search(words)):
-            return int(next(g for g in found.groups() if g))
+        if pattern is not None and (found := _counts(pattern, words, numbers.language)):
+            return int(next(g for g in found[0].groups() if g))
     return None
 
 
@@ -104,7 +123,8 @@ def without_numbers(text: str, numbers: list[NumberWords]) -> str:
         words = _words(words, item.language)
         for pattern in (item.counted, item.said_as):
             if pattern is not None:
-                words = pattern.sub(" ", words)
+                for found in reversed(_counts(pattern, words, item.language)):
+                    words = words[:found.start()] + " " + words[found.end():]
     return words
 
 
