@@ -97,6 +97,11 @@ async def test_a_korean_booking_over_several_turns_asks_one_field_at_a_time(kore
     ("목요일로 바꿔 주세요.", "day", "2026-12-03"),
     ("아니, 아홉 시로요.", "time", "21:00"),
     ("7시 30분으로 해 주세요.", "time", "19:30"),  # 분: the minutes, not a party of thirty
+    # a correction names the old value first and the new one last
+    ("두 명 말고 세 명으로 해 주세요.", "people", 3),
+    ("아니요, 수요일이 아니라 목요일이에요.", "day", "2026-12-03"),
+    ("일곱 시 말고 일곱 시 반으로요.", "time", "19:30"),
+    ("세 명이요, 아 아니다 네 명이요.", "people", 4),
 ])
 async def test_a_korean_change_is_read_back_anew_and_only_the_new_one_is_booked(korean, change, field, value):
     make, booked = korean

@@ -151,6 +151,11 @@ async def test_a_booking_over_several_turns_asks_one_field_at_a_time(restaurant)
     ("Make it Thursday instead.", "day", "2026-12-03"),
     ("Yes at nine.", "time", "21:00"),
     ("Sure, but for three.", "people", 3),
+    # a correction names the old value first and the new one last
+    ("Not two people, three.", "people", 3),
+    ("Not Wednesday but Thursday.", "day", "2026-12-03"),
+    ("At seven, no wait, at eight.", "time", "20:00"),
+    ("Make it three, sorry, four people.", "people", 4),
 ])
 async def test_a_change_of_any_field_is_read_back_anew_and_only_the_new_one_is_booked(
         restaurant, change, field, value):

@@ -3,6 +3,12 @@ words around them."""
 
 import pytest
 
+from voicebot.brain.business.profile import Sentences
+from voicebot.brain.business.references import References
+from voicebot.brain.business.tasks import FieldSpec
+from voicebot.brain.decide.form import Forms
+from voicebot.brain.decide.state import SessionState
+from voicebot.brain.lang import language_pack
 from voicebot.brain.read.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
 
 
@@ -37,3 +43,16 @@ def test_codes_are_said_character_by_character_and_small_numbers_stay_numbers():
     assert spoken_codes_in("back pain for 2 weeks") == "back pain for 2 weeks"
     assert spoken_codes_in("ticket number 405") == "ticket number 405"
     assert spoken_codes_in("call me on 5550199") == "call me on 5 5 5 0 1 9 9"
+
+
+@pytest.mark.parametrize(("said", "language", "reference"), [
+    ("It's A4K9T2.", "en", "A4K9T2"), ("The reference is R as in Romeo 4 5 1 2.", "en", "R4512"),
+    ("A B one two three", "en", "AB123"), ("A4K9T2", "en", "A4K9T2"),
+    ("번호가 R5B80C7E2 예요.", "ko", "R5B80C7E2"),
+    ("R9A2E5D13 입니다.", "ko", "R9A2E5D13"), ("It's the one from yesterday.", "en", None),
+])
+def test_a_reference_the_caller_reads_out_is_only_its_code(said, language, reference):
+    """A reference field keeps the code, never the words around it ("It's A4K9T2." is A4K9T2)."""
+    field = FieldSpec("reservation_id", "reference", "What is the reference?", True, language=language)
+    forms = Forms({}, Sentences(**language_pack("en").sentences), References({}, ()), lambda: None)
+    assert forms.value_of(field, said, SessionState()) == reference

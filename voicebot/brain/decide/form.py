@@ -33,7 +33,7 @@ from voicebot.brain.decide.options import items_of, pick_option, same_value
 from voicebot.brain.decide.state import FormState, Option, PendingAction, SessionState
 from voicebot.brain.decide.tool_errors import classify, said_in
 from voicebot.brain.lang import pack_or_default
-from voicebot.brain.read.codes import parse_code, spoken_code, spoken_codes_in, strip_lead
+from voicebot.brain.read.codes import code_pieces, parse_code, spoken_code, spoken_codes_in, strip_lead
 from voicebot.brain.read.numbers import said_number
 from voicebot.brain.read.values import normalise
 from voicebot.brain.speak.readback import default_action, join_words, render, sentence, spoken_value
@@ -136,7 +136,10 @@ class Forms:
         """A reference the conversation issued (R1), or the code the caller read out."""
         if raw is None or not str(raw).strip() or str(raw).strip().lower() in ("null", "none"):
             return None
-        code = re.sub(r"[^A-Za-z0-9-]", "", str(raw)).upper().strip("-")
+        # Its pieces as a code is read ("It's A4K9T2." is A4K9T2, "R one" is R1), else every letter
+        pieces = "".join(code_pieces(str(raw), item.language))
+        every = re.sub(r"[^A-Za-z0-9-]", "", str(raw)).upper().strip("-")
+        code = pieces if re.search(r"\d", pieces) else every
         if state.resolve_ref(code, item.name) is not None:
             return code
         return code if 3 <= len(code) <= 40 and re.search(r"\d", code) else None

@@ -69,6 +69,12 @@ class Counting(_Strict):
     another: list[str] = []  # "another guest"
 
 
+class Corrections(_Strict):
+    after_value: list[str] = []  # follow the value they take back: "seven, no wait", "세 명 말고"
+    before_value: list[str] = []  # come before it: "not two"
+    instead: list[str] = []  # end what `before_value` took back: "not Wednesday *but* Thursday"
+
+
 class Names(_Strict):
     leads: list[str] = []  # words that introduce a name
     not_names: list[str] = []  # capitalised words that are never a name
@@ -271,6 +277,7 @@ class LanguagePack(_Strict):
     same: Same
     names: Names = Names()
     counting: Counting = Counting()  # a number field's changes in words (``read/numbers.py``)
+    corrections: Corrections = Corrections()  # a value taken back in the same words
     values: Values | None = None  # dates, times and numbers by this pack's words, else libraries
     library_values: LibraryValues = LibraryValues()  # the words around the libraries, without `values`
     codes: Codes = Codes()

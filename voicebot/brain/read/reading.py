@@ -34,6 +34,7 @@ from voicebot.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from voicebot.brain.metrics import LLM_CALL_SECONDS, LLM_TOKENS
 from voicebot.brain.read.codes import code_pieces, parse_code
 from voicebot.brain.read.confirm import Answer, answer_to_read_back
+from voicebot.brain.read.corrections import corrected_values
 from voicebot.brain.read.numbers import number_change, said_number, without_numbers
 from voicebot.brain.read.pack_values import name_said as pack_name_said
 from voicebot.brain.read.pack_values import reads_values
@@ -144,7 +145,18 @@ def rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
     """What typed parsers read for sure: a date word, a time said with "at" or am/pm, a party
     size said as one, a name said as one, a choice by its words. The field code asked for also
     takes a bare answer ("seven", "four", "Jordan Blake", or any words for a text field). A
-    value already given may change relative to itself ("a little later", "one more person")."""
+    value already given may change relative to itself ("a little later", "one more person").
+    A value taken back in the same words ("not two, three") gives way to the one said instead."""
+    language = fields[0].language if fields else "en"
+
+    def read(words: str, field_asked: str) -> dict[str, Any]:
+        return _rule_values(words, fields, field_asked, today, current)
+
+    return corrected_values(text, language, asking, read)
+
+
+def _rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
+                 current: dict[str, Any] | None) -> dict[str, Any]:
     found: dict[str, Any] = {}
     counted = [item.numbers for item in fields if item.numbers is not None]
     for item in fields:

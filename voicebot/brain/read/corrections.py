@@ -1,0 +1,100 @@
+"""A value taken back in the same breath: "not Wednesday but Thursday", "at seven, no wait, at
+eight", "세 명 말고 네 명", "금요일이 아니라 토요일".
+
+The words that take a value back are the language pack's (``corrections``): some follow the
+value they take back ("말고", "no wait"), some come before it ("not"). The value taken back is
+dropped, and the value said instead is read as the same field, even when it is said bare
+("not two people, three"); where none is said ("not Friday"), the field has no value and code
+asks again. Words that take back no value ("I'm not sure") are read as they were said.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from voicebot.brain.lang import pack_or_default
+
+# (words, the field code asked for) -> the values the rules read in them
+ReadValues = Callable[[str, str], dict[str, Any]]
+_CLAUSE_END = re.compile(r"[,;.!?]")
+_BARE_AT_MOST = 4  # words: a value said bare after a correction ("three", "at eight") is short
+
+
+@dataclass(frozen=True)
+class _Markers:
+    after_value: re.Pattern[str] | None  # "세 명 말고": follows what it takes back
+    before_value: re.Pattern[str] | None  # "not two": comes before it
+    instead: re.Pattern[str] | None  # "not Wednesday but Thursday": ends what "not" took back
+
+
+@dataclass(frozen=True)
+class _Correction:
+    taken_back: str  # the words whose value the caller took back
+    left: str  # every other word of the turn
+    said_instead: str  # the words after the correction: where a bare new value is
+
+
+@functools.cache
+def _markers(language: str) -> _Markers:
+    pack = pack_or_default(language)
+    words = pack.corrections
+
+    def compiled(phrases: list[str]) -> re.Pattern[str] | None:
+        return re.compile(pack.word(pack.phrases(phrases)), re.I) if phrases else None
+
+    return _Markers(compiled(words.after_value), compiled(words.before_value), compiled(words.instead))
+
+
+def corrected_values(text: str, language: str, asking: str, read: ReadValues) -> dict[str, Any]:
+    """The values the words give, without any value the caller took back: the one said instead,
+    if any, in its place. The words are read as they are where they take back no value."""
+    for correction in _corrections(text, language, asking, read):
+        taken_back = read(correction.taken_back, asking)
+        if not taken_back:
+            continue
+        values = read(correction.left, asking)
+        focus = next(iter(taken_back)) if len(taken_back) == 1 else ""
+        if focus and focus not in values and len(correction.said_instead.split()) <= _BARE_AT_MOST:
+            values.update({k: v for k, v in read(correction.said_instead, focus).items() if k == focus})
+        return values  # "Not Friday.": nothing said instead, so no day, and code asks again
+    return read(text, asking)
+
+
+def _corrections(text: str, language: str, asking: str, read: ReadValues) -> list[_Correction]:
+    markers, found = _markers(language), []
+    if markers.after_value is not None:
+        last = None
+        for last in markers.after_value.finditer(text):  # noqa: B007  (the last one counts)
+            pass
+        if last is not None and (taken := _clause_before(text[:last.start()], asking, read)):
+            start, end = taken
+            found.append(_Correction(text[start:end], _joined(text[:start], text[last.end():]),
+                                     _joined(text[last.end():])))
+    if markers.before_value is not None and (first := markers.before_value.search(text)):
+        rest = text[first.end():]
+        stop = _CLAUSE_END.search(rest)
+        instead = markers.instead.search(rest) if markers.instead is not None else None
+        ends = [m.start() for m in (stop, instead) if m is not None]
+        end = min(ends, default=len(rest))
+        found.append(_Correction(rest[:end], _joined(text[:first.start()], rest[end:]), _joined(rest[end:])))
+    return found
+
+
+def _joined(*parts: str) -> str:
+    """Words around a correction as one sentence: no comma left hanging before or after them."""
+    return " ".join(tidy for part in parts if (tidy := part.strip(" ,;")))
+
+
+def _clause_before(head: str, asking: str, read: ReadValues) -> tuple[int, int] | None:
+    """Where in the words before a correction the value it takes back is: the last clause
+    (between commas or stops) that holds a value ("세 명이요, 아 아니다": "세 명이요")."""
+    bounds = [0] + [m.end() for m in _CLAUSE_END.finditer(head)] + [len(head)]
+    for start, end in reversed(list(itertools.pairwise(bounds))):
+        if head[start:end].strip() and read(head[start:end], asking):
+            return start, end
+    return None
