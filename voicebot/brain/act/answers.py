@@ -188,7 +188,7 @@ class Answers:
                 words = [str(v) for k, v in item.items() if isinstance(v, str) and not k.endswith("_id")]
                 if words:
                     said.append(", ".join(words))
-        return f"Here is what I found: {'; '.join(said)}." if said else ""
+        return self.sentences.found_items.format(items="; ".join(said)) if said else ""
 
     async def best_score(self, text: str) -> float:
         """How close the nearest relevant passage is to the words (0: none)."""
