@@ -78,3 +78,10 @@ def test_words_that_correct_nothing_are_read_as_said(words, language, expected):
                                                  ("Not at seven.", "en")])
 def test_a_value_taken_back_with_none_said_instead_gives_the_field_no_value(words, language):
     assert _read(words, language) == {}
+
+
+def test_free_words_are_never_taken_back():
+    """Only dates, times, numbers and choices are taken back: a text field keeps its "not"."""
+    summary = FieldSpec("summary", "text", "What is the problem?", True)
+    values = rule_values("My laptop will not start.", [*_fields("en"), summary], "summary", TUESDAY)
+    assert values == {"summary": "My laptop will not start."}

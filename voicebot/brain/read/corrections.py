@@ -50,11 +50,18 @@ def _markers(language: str) -> _Markers:
     return _Markers(compiled(words.after_value), compiled(words.before_value), compiled(words.instead))
 
 
-def corrected_values(text: str, language: str, asking: str, read: ReadValues) -> dict[str, Any]:
+def corrected_values(text: str, language: str, asking: str, read: ReadValues,
+                     correctable: frozenset[str]) -> dict[str, Any]:
     """The values the words give, without any value the caller took back: the one said instead,
-    if any, in its place. The words are read as they are where they take back no value."""
-    for correction in _corrections(text, language, asking, read):
-        taken_back = read(correction.taken_back, asking)
+    if any, in its place. The words are read as they are where they take back no value.
+    ``correctable``: the fields whose values can be taken back: dates, times, numbers and choices,
+    never free words ("my laptop will not start" takes nothing back)."""
+
+    def typed(words: str) -> dict[str, Any]:
+        return {name: value for name, value in read(words, asking).items() if name in correctable}
+
+    for correction in _corrections(text, language, typed):
+        taken_back = typed(correction.taken_back)
         if not taken_back:
             continue
         values = read(correction.left, asking)
@@ -65,13 +72,13 @@ def corrected_values(text: str, language: str, asking: str, read: ReadValues) ->
     return read(text, asking)
 
 
-def _corrections(text: str, language: str, asking: str, read: ReadValues) -> list[_Correction]:
+def _corrections(text: str, language: str, typed: Callable[[str], dict[str, Any]]) -> list[_Correction]:
     markers, found = _markers(language), []
     if markers.after_value is not None:
         last = None
         for last in markers.after_value.finditer(text):  # noqa: B007  (the last one counts)
             pass
-        if last is not None and (taken := _clause_before(text[:last.start()], asking, read)):
+        if last is not None and (taken := _clause_before(text[:last.start()], typed)):
             start, end = taken
             found.append(_Correction(text[start:end], _joined(text[:start], text[last.end():]),
                                      _joined(text[last.end():])))
@@ -90,11 +97,11 @@ def _joined(*parts: str) -> str:
     return " ".join(tidy for part in parts if (tidy := part.strip(" ,;")))
 
 
-def _clause_before(head: str, asking: str, read: ReadValues) -> tuple[int, int] | None:
+def _clause_before(head: str, typed: Callable[[str], dict[str, Any]]) -> tuple[int, int] | None:
     """Where in the words before a correction the value it takes back is: the last clause
     (between commas or stops) that holds a value ("세 명이요, 아 아니다": "세 명이요")."""
     bounds = [0] + [m.end() for m in _CLAUSE_END.finditer(head)] + [len(head)]
     for start, end in reversed(list(itertools.pairwise(bounds))):
-        if head[start:end].strip() and read(head[start:end], asking):
+        if head[start:end].strip() and typed(head[start:end]):
             return start, end
     return None

@@ -53,6 +53,7 @@ from voicebot.common.telemetry import tracer
 log = logging.getLogger(__name__)
 TRACER = tracer("voicebot.brain")
 QUESTION, OTHER = "question", "other"
+_CORRECTABLE = ("date", "time", "integer", "number")  # values a caller takes back ("not two, three")
 
 
 @functools.cache
@@ -152,7 +153,8 @@ def rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
     def read(words: str, field_asked: str) -> dict[str, Any]:
         return _rule_values(words, fields, field_asked, today, current)
 
-    return corrected_values(text, language, asking, read)
+    correctable = frozenset(f.name for f in fields if f.choices or f.type in _CORRECTABLE)
+    return corrected_values(text, language, asking, read, correctable)
 
 
 def _rule_values(text: str, fields: list[FieldSpec], asking: str, today: Any,
