@@ -38,6 +38,7 @@ NOT_WORDS = {
     ("decide/tool_errors.py", "refusal field transient unknown"): "the kinds of a tool's error",
     ("read/guard.py", "writing code homework politics"): "blocked topics in the guard's prompt to the model",
     ("read/multilingual_encoder.py", "ar de en es fr it ja ko nl pl pt ru th tr zh"): "language codes",
+    ("read/reading.py", "date time integer number"): "field types: the values a caller takes back",
     ("read/reading.py", "date time integer number name reference code"):
         "field types, keys of the field hints in the reading's prompt to the model",
     ("read/sentence_encoder.py", "query key value"): "weight names of the encoder's attention layers",
