@@ -112,7 +112,8 @@ async def test_speak_hear_the_reply_and_interrupt_it(services, scripted_llm, bro
     assert await page.evaluate("window.vb.statusAtInterrupt") == "hearing you"
     # ... and the conversation marks it on the reply that was cut, with the caller's words after it.
     assert "barge-in" in await page.inner_text("#log .bot.cut .barge")
-    assert await page.locator("#log .bot").first.evaluate("e => e.classList.contains('cut')")
+    # (the long reply: on a busy machine another message may come to stand above it in the log)
+    assert (await page.locator("#log .bot.cut .text").first.inner_text()).startswith(LONG_REPLY[:30])
 
     # The interrupting question gets its own (short) answer; its time per stage is shown under it.
     await page.wait_for_function("window.vb.metrics !== undefined", timeout=30_000)
