@@ -19,6 +19,7 @@ from voicebot.brain.lang import PACKS_DIR, LanguageError, language_pack, load_pa
 from voicebot.brain.read.codes import parse_code
 from voicebot.brain.read.refusals import is_refusal
 from voicebot.brain.read.values import parse_date
+from voicebot.brain.speak.readback import default_action, join_words, spoken_date, spoken_time
 
 BRAIN = Path(__file__).resolve().parents[2] / "voicebot" / "brain"
 BRAIN_MODULES = sorted(str(p.relative_to(BRAIN)) for p in BRAIN.rglob("*.py"))
@@ -98,6 +99,31 @@ def test_english_words_are_read_from_its_pack(tmp_path, monkeypatch):
         assert parse_date("overmorrow", monday, "en") is None
         assert parse_code("A niner niner", language="xx") == "A99" and parse_code("A niner niner") == "A"
         assert claims_outcome("Your table is sorted.", "xx") and not claims_outcome("Your table is sorted.")
+    finally:
+        language_pack.cache_clear()
+
+
+def test_how_english_says_a_value_is_its_packs_too(tmp_path, monkeypatch):
+    """Dates, times, lists and a read-back from a tool's title are said by the pack's ``speak``
+    forms; a pack that writes no form of a kind says it as English's pack does."""
+    raw = yaml.safe_load((PACKS_DIR / "en.yaml").read_text())
+    raw["language"] = "xx"
+    raw["speak"].update(date="{day} {month_name} {year}", time_with_minutes="{hour}.{minute:02d} {period}",
+                        list_and=" & ", action_with="where {values}")
+    (tmp_path / "xx.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
+    del raw["speak"]
+    raw["language"] = "yy"
+    (tmp_path / "yy.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
+    (tmp_path / "en.yaml").write_text((PACKS_DIR / "en.yaml").read_text())
+    monkeypatch.setattr(lang, "PACKS_DIR", tmp_path)
+    language_pack.cache_clear()
+    try:
+        assert spoken_date("2026-12-04", language="xx") == "4 December 2026"
+        assert spoken_time("19:30", "xx") == "7.30 pm" and spoken_time("19:30", "en") == "7:30 pm"
+        assert default_action("Open a ticket", {"summary": "jam", "priority": "high"}, language="xx") \
+            == "open a ticket where summary jam & priority high"
+        assert spoken_date("2026-12-04", language="yy") == "Friday, December 4th"  # English's forms
+        assert spoken_time("19:30", "yy") == "7:30 pm" and join_words(["a", "b"], "yy") == "a and b"
     finally:
         language_pack.cache_clear()
 

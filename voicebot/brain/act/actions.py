@@ -79,7 +79,8 @@ class Actions:
     def read_back(self, tool: Tool, spoken_args: dict[str, Any]) -> str:
         if tool.spec.read_back:
             return render(tool.spec.read_back, spoken_args, self.language)
-        return default_action(tool.spec.spoken_title(), spoken_args, frozenset(self.references.kinds))
+        return default_action(tool.spec.spoken_title(), spoken_args, frozenset(self.references.kinds),
+                              self.language)
 
     def confirm_sentence(self, action: PendingAction) -> str:
         return sentence(self.sentences.confirm.format(action=action.action))

@@ -333,7 +333,8 @@ class Forms:
                 spoken[argument] = state.refs[ref].label
         references = frozenset(f.name for f in spec.fields if f.type == "reference")
         action = render(spec.read_back, spoken, self.language) if spec.read_back else default_action(
-            spec.title, {f.name: spoken[f.name] for f in spec.fields if f.name in spoken}, references)
+            spec.title, {f.name: spoken[f.name] for f in spec.fields if f.name in spoken}, references,
+            self.language)
         pending = PendingAction(tool=spec.name, args=args, action=action, read_back_turn=turn_id)
         pending_spoken = {k: v for k, v in spoken.items() if isinstance(v, str | int | float)}
         state.propose(pending)

@@ -248,13 +248,17 @@ class Values(_Strict):
 
 
 class Speak(_Strict):
-    """How code says a value in this language (``speak/readback.py``); English's forms are the
-    default where a pack has none."""
-    date: str = ""  # "{month}월 {day}일 {weekday}"
-    date_without_weekday: str = ""  # "{month}월 {day}일"
+    """How code says a value in this language (``speak/readback.py``); a pack without a form says
+    it as English's pack does."""
+    date: str = ""  # "{weekday}, {month_name} {day}{ordinal}", "{month}월 {day}일 {weekday}"
+    date_without_weekday: str = ""  # "{month_name} {day}{ordinal}", "{month}월 {day}일"
     weekdays: list[str] = []  # Monday first
-    time: str = ""  # "{period} {hour}시"
-    time_with_minutes: str = ""  # "{period} {hour}시 {minute}분"
+    months: list[str] = []  # January first: {month_name}
+    # The day's ordinal ending, {ordinal}: by the day's last two digits, else its last digit,
+    # else "other" ("11": th, "1": st, other: th -> 1st, 11th, 21st).
+    ordinals: dict[str, str] = {}
+    time: str = ""  # "{hour} {period}", "{period} {hour}시"
+    time_with_minutes: str = ""  # "{hour}:{minute:02d} {period}", "{period} {hour}시 {minute}분"
     am: str = ""  # the period before noon
     pm: str = ""
     list_and: str = ""  # joins the last two of a list ("A, B 그리고 C")
@@ -265,6 +269,13 @@ class Speak(_Strict):
     # type (date, time, integer, other): "on {value}", "at {value}", "for {value}"; {unit} is
     # what a number field counts.
     wanted: dict[str, str] = {}
+    # A read-back made from a tool's title where the profile writes none: "{title} {named} with
+    # {values}" ("close a ticket for your monitor ticket with priority high"): `action_for` names
+    # a reference ("for {value}"), `action_with` the other values ("with {values}"), each value
+    # "{name} {value}" (`action_value`).
+    action_for: str = ""
+    action_with: str = ""
+    action_value: str = ""
 
 
 class LanguagePack(_Strict):

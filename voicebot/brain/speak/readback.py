@@ -5,8 +5,8 @@ spoken form: an ISO date reads "Friday, December 4th", ``19:30`` reads
 "7:30 pm", a reference reads as its label. ``{field:date}`` / ``{field:time}``
 force the form. Without a template, the read-back is the tool's title and its
 arguments ("open a ticket with summary printer broken and priority high").
-A language pack's ``speak`` says values its own way ("12월 4일 금요일", "오후 7시 30분");
-English's forms are the default.
+Every form is the language pack's ``speak`` ("Friday, December 4th", "12월 4일 금요일"; "7:30 pm",
+"오후 7시 30분"); a pack without one says the value as English's pack does.
 """
 
 from __future__ import annotations
@@ -17,18 +17,28 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-from voicebot.brain.lang import Speak, pack_or_default
+from voicebot.brain.lang import Speak, english, pack_or_default
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _HHMM = re.compile(r"^\d{1,2}:\d{2}$")
 
 
-def ordinal_suffix(n: int) -> str:
-    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-
-
 def _speak(language: str) -> Speak:
     return pack_or_default(language).speak
+
+
+def _form(language: str, *names: str) -> tuple[Speak, list[str]]:
+    """The pack's forms of these names, or English's where the pack has none of them."""
+    speak = _speak(language)
+    if not all(getattr(speak, name) for name in names):
+        speak = english().speak
+    return speak, [getattr(speak, name) for name in names]
+
+
+def ordinal(n: int, speak: Speak) -> str:
+    """The ending of an ordinal by the pack's ``ordinals``: 1st, 11th, 22nd."""
+    ordinals = speak.ordinals
+    return ordinals.get(str(n % 100), ordinals.get(str(n % 10), ordinals.get("other", "")))
 
 
 def spoken_date(text: str, weekday: bool = True, language: str = "en") -> str:
@@ -36,13 +46,12 @@ def spoken_date(text: str, weekday: bool = True, language: str = "en") -> str:
         day = datetime.date.fromisoformat(text)
     except ValueError:
         return text
-    speak = _speak(language)
-    if speak.date:
-        template = speak.date if weekday else (speak.date_without_weekday or speak.date)
-        named = speak.weekdays[day.weekday()] if len(speak.weekdays) == 7 else ""
-        return template.format(year=day.year, month=day.month, day=day.day, weekday=named).strip()
-    prefix = f"{day.strftime('%A')}, " if weekday else ""
-    return f"{prefix}{day.strftime('%B')} {day.day}{ordinal_suffix(day.day)}"
+    speak, (with_weekday,) = _form(language, "date")
+    template = with_weekday if weekday else (speak.date_without_weekday or with_weekday)
+    named = speak.weekdays[day.weekday()] if len(speak.weekdays) == 7 else ""
+    month = speak.months[day.month - 1] if len(speak.months) == 12 else str(day.month)
+    return template.format(year=day.year, month=day.month, month_name=month, day=day.day,
+                           weekday=named, ordinal=ordinal(day.day, speak)).strip()
 
 
 def spoken_time(text: str, language: str = "en") -> str:
@@ -50,20 +59,16 @@ def spoken_time(text: str, language: str = "en") -> str:
         clock = datetime.time.fromisoformat(text if len(text) == 5 else f"0{text}")
     except ValueError:
         return text
-    hour = clock.hour % 12 or 12
-    speak = _speak(language)
-    if speak.time:
-        template = speak.time_with_minutes if clock.minute and speak.time_with_minutes else speak.time
-        period = speak.pm if clock.hour >= 12 else speak.am
-        return template.format(period=period, hour=hour, minute=clock.minute).strip()
-    minutes = f":{clock.minute:02d}" if clock.minute else ""
-    return f"{hour}{minutes} {'pm' if clock.hour >= 12 else 'am'}"
+    speak, (plain,) = _form(language, "time")
+    template = speak.time_with_minutes if clock.minute and speak.time_with_minutes else plain
+    period = speak.pm if clock.hour >= 12 else speak.am
+    return template.format(period=period, hour=clock.hour % 12 or 12, minute=clock.minute).strip()
 
 
 def spoken_value(value: Any, language: str = "en") -> str:
-    speak = _speak(language)
     if isinstance(value, bool):
-        return (speak.yes or "yes") if value else (speak.no or "no")
+        _, (yes, no) = _form(language, "yes", "no")
+        return yes if value else no
     if isinstance(value, list):
         return join_words([spoken_value(v, language) for v in value], language)
     text = str(value)
@@ -79,8 +84,7 @@ def join_words(items: list[str], language: str = "en", either: bool = False) -> 
     items = [i for i in items if i]
     if len(items) <= 1:
         return "".join(items)
-    speak = _speak(language)
-    last = (speak.list_or or " or ") if either else (speak.list_and or " and ")
+    _, (last,) = _form(language, "list_or" if either else "list_and")
     return ", ".join(items[:-1]) + last + items[-1]
 
 
@@ -115,15 +119,19 @@ def field_names(template: str) -> set[str]:
     return {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(template) if name}
 
 
-def default_action(title: str, args: Mapping[str, Any], entities: frozenset[str] = frozenset()) -> str:
+def default_action(title: str, args: Mapping[str, Any], entities: frozenset[str] = frozenset(),
+                   language: str = "en") -> str:
     """A read-back from the tool's title and its arguments in spoken form: "close a ticket for
     your ticket about a broken monitor", "open a ticket with summary printer jam and priority high"."""
+    _, (named_as, with_values, each) = _form(language, "action_for", "action_with", "action_value")
     phrase = title.strip().rstrip(".")
     phrase = phrase[:1].lower() + phrase[1:]
-    named = [f"for {spoken_value(v)}" for k, v in args.items() if k in entities and v not in (None, "")]
-    parts = [f"{name.replace('_', ' ')} {spoken_value(value)}" for name, value in args.items()
-             if name not in entities and value not in (None, "", [])]
-    return " ".join(filter(None, [phrase, *named, f"with {join_words(parts)}" if parts else ""]))
+    named = [named_as.format(value=spoken_value(v, language)) for k, v in args.items()
+             if k in entities and v not in (None, "")]
+    parts = [each.format(name=name.replace("_", " "), value=spoken_value(value, language))
+             for name, value in args.items() if name not in entities and value not in (None, "", [])]
+    values = with_values.format(values=join_words(parts, language)) if parts else ""
+    return " ".join(filter(None, [phrase, *named, values]))
 
 
 def sentence(text: str) -> str:
