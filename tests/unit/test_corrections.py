@@ -46,6 +46,9 @@ def _read(words: str, language: str, asking: str = "") -> dict[str, object]:
     ("Seven, no wait, eight.", "time", {"time": "20:00"}),
     ("Five people, sorry, I mean six.", "people", {"people": 6}),
     ("At seven not eight.", "time", {"time": "19:00"}),  # "not" takes back what follows it
+    # what the caller did not say again stands: only the time was corrected
+    ("Friday at 8, no wait, at 9.", "", {"day": "2026-12-04", "time": "21:00"}),
+    ("Friday at 8, sorry, I mean Saturday.", "", {"day": "2026-12-05", "time": "20:00"}),
 ])
 def test_an_english_correction_keeps_the_value_said_instead(words, asking, expected):
     assert _read(words, "en", asking) == expected
@@ -58,6 +61,7 @@ def test_an_english_correction_keeps_the_value_said_instead(words, asking, expec
     ("다섯 명이요, 아 아니다 여섯 명이요.", "people", {"people": 6}),
     ("두 명 아니고 세 명이요.", "people", {"people": 3}),
     ("금요일 대신 토요일로 해 주세요.", "", {"day": "2026-12-05"}),
+    ("금요일 저녁 7시, 아 아니다 8시요.", "", {"day": "2026-12-04", "time": "20:00"}),
 ])
 def test_a_korean_correction_keeps_the_value_said_instead(words, asking, expected):
     assert _read(words, "ko", asking) == expected

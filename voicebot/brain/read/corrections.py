@@ -68,6 +68,8 @@ def corrected_values(text: str, language: str, asking: str, read: ReadValues,
         focus = next(iter(taken_back)) if len(taken_back) == 1 else ""
         if focus and focus not in values and len(correction.said_instead.split()) <= _BARE_AT_MOST:
             values.update({k: v for k, v in read(correction.said_instead, focus).items() if k == focus})
+        if any(name in values for name in taken_back):  # "Friday at 8, no wait, at 9": still Friday
+            return {**taken_back, **values}
         return values  # "Not Friday.": nothing said instead, so no day, and code asks again
     return read(text, asking)
 
