@@ -313,6 +313,31 @@ async def test_a_bare_no_in_a_booking_is_never_blocked_but_off_topic_still_is(re
     assert said == "" and caller.events[-1].WhichOneof("event") == "blocked"
 
 
+async def test_a_turn_blocked_while_a_read_back_waits_hears_the_read_back_again_and_a_yes_books_it(
+        restaurant):
+    """The guard's block does not lose the read-back: it is said again after the block, and the
+    caller's next plain yes answers it (a yes to the block alone would book nothing)."""
+    make, booked, llm = restaurant
+
+    def blocks_the_cake(body):
+        if is_guard(body):
+            return "BLOCK" if "cake" in json.dumps(body) else "ALLOW"
+        return reads_nothing(body)
+
+    llm.script = blocks_the_cake
+    caller = make(guard=True)
+    caller.agent.guard.screen = None
+    await caller.say("A table for two on Wednesday at seven pm under NAME.")
+    await caller.say("Sorry, one thing first: can we bring our own birthday cake?")
+    played = caller.played()
+    assert caller.events[-1].WhichOneof("event") == "blocked" and await booked(caller) == []
+    assert played.startswith("Sorry") and "a table for two on Wednesday" in played, played
+    assert played.endswith("Please say yes or no."), played
+    await caller.say("Yes, go ahead.")
+    [booking] = await booked(caller)
+    assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-02", "19:00", 2)
+
+
 async def test_the_calls_metadata_fills_a_field_of_the_same_name_as_data(restaurant):
     """A phone line's custom parameter ``name`` fills the booking's name; nothing else is taken."""
     make, booked, _ = restaurant

@@ -18,16 +18,19 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from voicebot.brain.decide.decisions import Urgent, name_of
+from voicebot.brain.decide.state import PendingAction
 from voicebot.brain.metrics import (
     GUARD_BLOCKS,
     HANDOFFS,
     URGENT_TURNS,
 )
+from voicebot.brain.read.confirm import confirm_sentence
 from voicebot.brain.read.dialog import handoff_summary, is_dialogue_act
 from voicebot.brain.read.guard import GuardVerdict
 from voicebot.brain.read.urgent import UrgentScreen
 from voicebot.brain.runtime.session_store import Turn
 from voicebot.brain.runtime.turn_run import TurnRun
+from voicebot.brain.speak.readback import sentence
 from voicebot.common.metrics import REDIS_ERRORS
 from voicebot.common.speech_text import speakable
 from voicebot.common.telemetry import tracer
@@ -59,11 +62,20 @@ class TurnGate:
 
     async def _store_blocked(self, turn: TurnRun) -> None:
         """Nothing the blocked turn made is stored, and its state changes are dropped; but the
-        exchange itself is, so a read-back before it no longer counts as "just heard"."""
+        exchange itself is: a read-back said again after the block is the one a yes answers."""
         request = turn.request
-        said = Turn(request.turn_id, request.text, self.sentences_in(turn.language).blocked)
+        said = Turn(request.turn_id, request.text, turn.record.get("reply") or
+                    self.sentences_in(turn.language).blocked)
+        read_back = self._read_back_waiting(turn)
+
+        def blocked(history: Any) -> None:
+            history.turns.append(said)
+            pending = history.state.pending
+            if read_back and pending is not None and pending.action == read_back.action:
+                history.state.read_back(request.turn_id)
+
         try:
-            await self.store.update(request.user_id, request.session_id, lambda h: h.turns.append(said),
+            await self.store.update(request.user_id, request.session_id, blocked,
                                     lease=turn.lease, release=True)
         except RedisError as exc:
             REDIS_ERRORS.labels("brain").inc()
@@ -184,12 +196,25 @@ class TurnGate:
             reason=reason, summary=summary))
 
     def _blocked(self, turn: TurnRun, verdict: GuardVerdict) -> brain_pb2.RespondEvent:
+        """The guard's fixed sentence; where a read-back waits, it is read back again in the same
+        reply (the caller's next yes then answers it, as after any question)."""
         GUARD_BLOCKS.inc()
         log.info("turn blocked by the topic guard", extra={"turn_id": turn.request.turn_id,
                                                            "reason": verdict.reason})
-        blocked = turn.record["reply"] = self.sentences_in(turn.language).blocked
+        sentences = self.sentences_in(turn.language)
+        blocked = sentences.blocked
+        if (read_back := self._read_back_waiting(turn)) is not None:
+            again = sentence(confirm_sentence(sentences, read_back, again=True))
+            blocked = speakable(f"{blocked} {again}", turn.language)
+        turn.record["reply"] = blocked
         return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, blocked=brain_pb2.Blocked(
             text=blocked, reason="off_topic"))
+
+    @staticmethod
+    def _read_back_waiting(turn: TurnRun) -> PendingAction | None:
+        """The read-back that waited for the caller's answer when the turn began."""
+        before = turn.state_before
+        return before.pending if before is not None else None
 
 
 def _with_queued(first: Any, queue: asyncio.Queue) -> list[Any]:

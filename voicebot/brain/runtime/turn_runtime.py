@@ -144,7 +144,7 @@ class SessionRuntime(TurnGate):
         events: asyncio.Queue = asyncio.Queue()
         passed = asyncio.Event()
         guard = None
-        if self.urgent is not None:
+        if self.urgent is not None or self.guard is not None:  # what a block or an urgent reply keeps
             turn.state_before = turn.state.model_copy(deep=True)
         if self.guard is not None and not self._skips_guard(turn):
             # The turn's model reading waits for the screen (a few ms; ``guard_screen_first``):
