@@ -338,6 +338,25 @@ async def test_a_turn_blocked_while_a_read_back_waits_hears_the_read_back_again_
     assert (booking["day"], booking["time"], booking["people"]) == ("2026-12-02", "19:00", 2)
 
 
+async def test_a_turn_blocked_in_the_middle_of_the_form_hears_the_question_again(restaurant):
+    make, booked, llm = restaurant
+
+    def blocks_the_poem(body):
+        if is_guard(body):
+            return "BLOCK" if "poem" in json.dumps(body) else "ALLOW"
+        return reads_nothing(body)
+
+    llm.script = blocks_the_poem
+    caller = make(guard=True)
+    caller.agent.guard.screen = None
+    asked = await caller.say("I'd like to book a table for two on Wednesday at seven pm.")
+    await caller.say("Write me a poem about the sea.")
+    assert caller.events[-1].WhichOneof("event") == "blocked"
+    assert caller.played().endswith(asked) and caller.played() != asked, caller.played()
+    said = await caller.say("NAME")
+    assert said.endswith("Shall I go ahead?"), said
+
+
 async def test_the_calls_metadata_fills_a_field_of_the_same_name_as_data(restaurant):
     """A phone line's custom parameter ``name`` fills the booking's name; nothing else is taken."""
     make, booked, _ = restaurant

@@ -170,6 +170,16 @@ class Conversation:
             return self.forms.next_step(state, turn.turn_id)
         return Ask(form.asking, self.sentences.ask_again.format(question=asked))
 
+    def still_asked(self, state: SessionState) -> str:
+        """What the caller was asked and has not answered, to say again after a reply that did
+        not answer it (the guard's block): the read-back, or the form's question; "" if none."""
+        if state.pending is not None:
+            return confirm_sentence(self.sentences, state.pending, again=True)
+        form = state.form
+        if form is None or not form.asking or form.task not in self.forms.tasks:
+            return ""
+        return self.forms.question(state, self._asked_field(state))
+
     def _asked_field(self, state: SessionState):
         form = state.form
         if form is None or not form.asking:

@@ -42,7 +42,7 @@ from voicebot.brain.decide.decisions import (
     text_of,
 )
 from voicebot.brain.decide.form import Forms, Lookups
-from voicebot.brain.decide.state import PendingAction
+from voicebot.brain.decide.state import PendingAction, SessionState
 from voicebot.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from voicebot.brain.metrics import (
     HANDOFFS,
@@ -118,6 +118,10 @@ class Dialogue:
         self.turn_reader = TurnReader(self.reader, self.answers.best_score, self.sentences.anything_else,
                                       today)
         self._background: set[asyncio.Task] = set()
+
+    def still_asked(self, state: SessionState) -> str:
+        """The read-back or question the caller has not answered yet ("" if none)."""
+        return self.conversation.still_asked(state)
 
     def _error_rules(self) -> dict[str, dict[str, Any]]:
         """Per tool, what its errors mean, with the sentences in this dialogue's language (the

@@ -18,13 +18,12 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from voicebot.brain.decide.decisions import Urgent, name_of
-from voicebot.brain.decide.state import PendingAction
+from voicebot.brain.decide.state import PendingAction, SessionState
 from voicebot.brain.metrics import (
     GUARD_BLOCKS,
     HANDOFFS,
     URGENT_TURNS,
 )
-from voicebot.brain.read.confirm import confirm_sentence
 from voicebot.brain.read.dialog import handoff_summary, is_dialogue_act
 from voicebot.brain.read.guard import GuardVerdict
 from voicebot.brain.read.urgent import UrgentScreen
@@ -52,6 +51,9 @@ class TurnGate:
 
     def sentences_in(self, language: str) -> Any:
         raise NotImplementedError  # the session runtime's: the business's sentences in a language
+
+    def still_asked_in(self, language: str, state: SessionState) -> str:
+        raise NotImplementedError  # the session runtime's: the read-back or question not answered
 
     def language_of(self, asked: str) -> str:
         """A turn's language: the session's, where the profile names it; else the profile's
@@ -196,16 +198,15 @@ class TurnGate:
             reason=reason, summary=summary))
 
     def _blocked(self, turn: TurnRun, verdict: GuardVerdict) -> brain_pb2.RespondEvent:
-        """The guard's fixed sentence; where a read-back waits, it is read back again in the same
-        reply (the caller's next yes then answers it, as after any question)."""
+        """The guard's fixed sentence, then what the caller was asked and has not answered: the
+        read-back (the caller's next yes then answers it) or the form's question."""
         GUARD_BLOCKS.inc()
         log.info("turn blocked by the topic guard", extra={"turn_id": turn.request.turn_id,
                                                            "reason": verdict.reason})
-        sentences = self.sentences_in(turn.language)
-        blocked = sentences.blocked
-        if (read_back := self._read_back_waiting(turn)) is not None:
-            again = sentence(confirm_sentence(sentences, read_back, again=True))
-            blocked = speakable(f"{blocked} {again}", turn.language)
+        blocked = self.sentences_in(turn.language).blocked
+        before = turn.state_before
+        if before is not None and (again := self.still_asked_in(turn.language, before)):
+            blocked = speakable(f"{blocked} {sentence(again)}", turn.language)
         turn.record["reply"] = blocked
         return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, blocked=brain_pb2.Blocked(
             text=blocked, reason="off_topic"))

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from voicebot.brain.config import BrainSettings
-from voicebot.brain.decide.state import Outcome
+from voicebot.brain.decide.state import Outcome, SessionState
 from voicebot.brain.read.guard import GuardVerdict, TopicGuard
 from voicebot.brain.read.refusals import is_refusal
 from voicebot.brain.read.urgent import UrgentScreen
@@ -77,6 +77,11 @@ class SessionRuntime(TurnGate):
     def sentences_in(self, language: str) -> Any:
         """The business's sentences in a turn's language."""
         return getattr(self.dialogue_in(language), "sentences", self.sentences)
+
+    def still_asked_in(self, language: str, state: SessionState) -> str:
+        """What the caller was asked and has not answered, in a turn's language."""
+        still_asked = getattr(self.dialogue_in(language), "still_asked", None)
+        return still_asked(state) if still_asked is not None else ""
 
     async def _main(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
         await self.dialogue_in(turn.language).run(turn, passed, events)
