@@ -165,3 +165,20 @@ async def test_the_turns_model_reading_waits_for_the_urgent_checks_model(make_ca
     await caller.say("I'd like an oil change, something smells a bit odd under the bonnet.")
     assert order.index("urgent") < order.index("reading")
     assert order.count("urgent") == 1
+
+
+async def test_the_guards_model_call_waits_for_the_urgent_checks_model(make_caller, scripted_llm):
+    """Both run beside the turn; the urgent check's call reaches the model first and alone (an
+    urgent check whose call timed out behind the guard's took ordinary turns for emergencies)."""
+    caller = await make_caller(guard=True, sure_above=0.99, near_above=0.99, ask_above=0.0)
+    caller.agent.guard.screen = None  # the guard always asks its model
+    order: list[str] = []
+    read = reader(strict_guard=False)
+
+    def recording(body):
+        order.append("guard" if is_guard(body) else body["response_format"]["json_schema"]["name"])
+        return read(body)
+
+    scripted_llm.script = recording
+    await caller.say("I'd like an oil change, something smells a bit odd under the bonnet.")
+    assert order[:2] == ["urgent", "guard"], order

@@ -23,8 +23,9 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from voicebot.brain.llm import ChatFunction, LLMRequestError, LLMUnavailable
 from voicebot.brain.metrics import GUARD_SECONDS, GUARD_VERDICTS
@@ -84,15 +85,17 @@ class TopicGuard:
         self.screen = screen
         self.other_screens = other_screens
 
-    async def check(self, text: str, language: str = "en",
-                    asking: Callable[[], None] | None = None) -> GuardVerdict:
+    async def check(self, text: str, language: str = "en", asking: Callable[[], None] | None = None,
+                    before_model: Callable[[], Awaitable[Any]] | None = None) -> GuardVerdict:
         """The caller's words alone. What the assistant said before is left out on purpose:
         with the packaged 1.5B model, "Assistant said: ..." before an ordinary question made it
         block many of them ("Can I bring my own wine?"), which it allows on their own;
         answers inside a task never reach the guard at all (``dialog.is_dialogue_act``).
 
         ``asking`` is called once the screen has not passed the words, right before the LLM is
-        asked: the turn holds its own first model call until then (``SessionRuntime._respond``)."""
+        asked: the turn holds its own first model call until then (``SessionRuntime._respond``).
+        ``before_model`` is awaited before the LLM is asked: the urgent check's own model call
+        goes first and has the LLM server to itself (safety first, within its timeout)."""
         with TRACER.start_as_current_span("guard.check") as span:
             started = time.perf_counter()
             screened = await self.screened(text, language)
@@ -101,6 +104,8 @@ class TopicGuard:
             else:
                 if asking is not None:
                     asking()
+                if before_model is not None:
+                    await before_model()
                 verdict = await self._check(text, started)
             span.set_attributes({"voicebot.guard.allowed": verdict.allowed,
                                  "voicebot.guard.by": verdict.by,

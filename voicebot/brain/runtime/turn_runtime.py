@@ -151,14 +151,18 @@ class SessionRuntime(TurnGate):
         guard = None
         if self.urgent is not None or self.guard is not None:  # what a block or an urgent reply keeps
             turn.state_before = turn.state.model_copy(deep=True)
+        if self.urgent is not None:
+            turn.urgent_checked.clear()  # set once the urgent check is done (``_urgent_first``)
         if self.guard is not None and not self._skips_guard(turn):
             # The turn's model reading waits for the screen (a few ms; ``guard_screen_first``):
             # when the LLM must judge, the guard's call reaches the LLM server first and the two
             # prefill in one batch, rather than the guard's behind the reading's.
             if self.settings.guard_screen_first:
                 turn.guard_asked.clear()
-            guard = asyncio.create_task(self.guard.check(request.text, request.language,
-                                                         asking=turn.guard_asked.set))
+            # The guard's LLM call waits for the urgent check's (the turn's reading does too).
+            guard = asyncio.create_task(self.guard.check(
+                request.text, request.language, asking=turn.guard_asked.set,
+                before_model=turn.urgent_checked.wait if self.urgent is not None else None))
             guard.add_done_callback(lambda _: turn.guard_asked.set())
         elif self.guard is not None:
             turn.record["guard"] = {"allowed": True, "reason": "dialogue act in an ongoing task"}
