@@ -339,7 +339,7 @@ async def test_a_turn_blocked_while_a_read_back_waits_hears_the_read_back_again_
 
 
 async def test_a_turn_blocked_in_the_middle_of_the_form_hears_the_question_again(restaurant):
-    make, booked, llm = restaurant
+    make, _, llm = restaurant
 
     def blocks_the_poem(body):
         if is_guard(body):
