@@ -4,8 +4,10 @@ eight", "세 명 말고 네 명", "금요일이 아니라 토요일".
 The words that take a value back are the language pack's (``corrections``): some follow the
 value they take back ("말고", "no wait"), some come before it ("not"). The value taken back is
 dropped, and the value said instead is read as the same field, even when it is said bare
-("not two people, three"); where none is said ("not Friday"), the field has no value and code
-asks again. Words that take back no value ("I'm not sure") are read as they were said.
+("not two people, three"); another value of the same clause that is not said again stands
+("Friday at 8, no wait, at 9" is still Friday); where none is said instead ("not Friday"), the
+field has no value and code asks again. Words that take back no value ("I'm not sure") are read
+as they were said, and free words are never taken back ("my laptop will not start").
 """
 
 from __future__ import annotations
@@ -75,23 +77,36 @@ def corrected_values(text: str, language: str, asking: str, read: ReadValues,
 
 
 def _corrections(text: str, language: str, typed: Callable[[str], dict[str, Any]]) -> list[_Correction]:
-    markers, found = _markers(language), []
-    if markers.after_value is not None:
-        last = None
-        for last in markers.after_value.finditer(text):  # noqa: B007  (the last one counts)
-            pass
-        if last is not None and (taken := _clause_before(text[:last.start()], typed)):
-            start, end = taken
-            found.append(_Correction(text[start:end], _joined(text[:start], text[last.end():]),
-                                     _joined(text[last.end():])))
-    if markers.before_value is not None and (first := markers.before_value.search(text)):
-        rest = text[first.end():]
-        stop = _CLAUSE_END.search(rest)
-        instead = markers.instead.search(rest) if markers.instead is not None else None
-        ends = [m.start() for m in (stop, instead) if m is not None]
-        end = min(ends, default=len(rest))
-        found.append(_Correction(rest[:end], _joined(text[:first.start()], rest[end:]), _joined(rest[end:])))
-    return found
+    """The places in the words where a value may have been taken back, the pack's words that
+    follow a value first."""
+    markers = _markers(language)
+    found = [_after_value(text, markers.after_value, typed), _before_value(text, markers)]
+    return [correction for correction in found if correction is not None]
+
+
+def _after_value(text: str, marker: re.Pattern[str] | None,
+                 typed: Callable[[str], dict[str, Any]]) -> _Correction | None:
+    """"세 명이요, 아 아니다 네 명이요": the last such word takes back the last clause before it
+    that holds a value."""
+    said = list(marker.finditer(text)) if marker is not None else []
+    if not said or (taken := _clause_before(text[:said[-1].start()], typed)) is None:
+        return None
+    start, end = taken
+    after = text[said[-1].end():]
+    return _Correction(text[start:end], _joined(text[:start], after), _joined(after))
+
+
+def _before_value(text: str, markers: _Markers) -> _Correction | None:
+    """"Not Wednesday but Thursday": the first such word takes back what follows it, up to the
+    clause's end or the pack's ``instead`` word."""
+    first = markers.before_value.search(text) if markers.before_value is not None else None
+    if first is None:
+        return None
+    rest = text[first.end():]
+    ends = [m.start() for m in (_CLAUSE_END.search(rest),
+                                markers.instead.search(rest) if markers.instead is not None else None) if m]
+    end = min(ends, default=len(rest))
+    return _Correction(rest[:end], _joined(text[:first.start()], rest[end:]), _joined(rest[end:]))
 
 
 def _joined(*parts: str) -> str:
