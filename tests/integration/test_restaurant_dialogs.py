@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -295,17 +296,23 @@ async def test_model_text_never_reaches_the_caller(restaurant):
     assert await booked(caller) == []
 
 
-async def test_a_bare_no_in_a_booking_is_never_blocked_but_off_topic_still_is(restaurant):
-    make, _, llm = restaurant
-
-    def blocks_all_but_the_booking(body):
+def guarded(make, llm, blocks: Callable[[str], bool]) -> Caller:
+    """A caller whose topic guard asks its model (no screen), which blocks the turns ``blocks``
+    picks by their words."""
+    def script(body):
         if is_guard(body):
-            return "ALLOW" if "table for two" in json.dumps(body) else "BLOCK"
+            return "BLOCK" if blocks(json.dumps(body)) else "ALLOW"
         return reads_nothing(body)
 
-    llm.script = blocks_all_but_the_booking
+    llm.script = script
     caller = make(guard=True)
     caller.agent.guard.screen = None
+    return caller
+
+
+async def test_a_bare_no_in_a_booking_is_never_blocked_but_off_topic_still_is(restaurant):
+    make, _, llm = restaurant
+    caller = guarded(make, llm, lambda said: "table for two" not in said)
     await caller.say("A table for two on Wednesday at seven pm under NAME.")
     said = await caller.say("No.")
     assert "What would you like to change?" in said
@@ -318,15 +325,7 @@ async def test_a_turn_blocked_while_a_read_back_waits_hears_the_read_back_again_
     """The guard's block does not lose the read-back: it is said again after the block, and the
     caller's next plain yes answers it (a yes to the block alone would book nothing)."""
     make, booked, llm = restaurant
-
-    def blocks_the_cake(body):
-        if is_guard(body):
-            return "BLOCK" if "cake" in json.dumps(body) else "ALLOW"
-        return reads_nothing(body)
-
-    llm.script = blocks_the_cake
-    caller = make(guard=True)
-    caller.agent.guard.screen = None
+    caller = guarded(make, llm, lambda said: "cake" in said)
     await caller.say("A table for two on Wednesday at seven pm under NAME.")
     await caller.say("Sorry, one thing first: can we bring our own birthday cake?")
     played = caller.played()
@@ -340,15 +339,7 @@ async def test_a_turn_blocked_while_a_read_back_waits_hears_the_read_back_again_
 
 async def test_a_turn_blocked_in_the_middle_of_the_form_hears_the_question_again(restaurant):
     make, _, llm = restaurant
-
-    def blocks_the_poem(body):
-        if is_guard(body):
-            return "BLOCK" if "poem" in json.dumps(body) else "ALLOW"
-        return reads_nothing(body)
-
-    llm.script = blocks_the_poem
-    caller = make(guard=True)
-    caller.agent.guard.screen = None
+    caller = guarded(make, llm, lambda said: "poem" in said)
     asked = await caller.say("I'd like to book a table for two on Wednesday at seven pm.")
     await caller.say("Write me a poem about the sea.")
     assert caller.events[-1].WhichOneof("event") == "blocked"
