@@ -49,6 +49,8 @@ def _read(words: str, language: str, asking: str = "") -> dict[str, object]:
     # what the caller did not say again stands: only the time was corrected
     ("Friday at 8, no wait, at 9.", "", {"day": "2026-12-04", "time": "21:00"}),
     ("Friday at 8, sorry, I mean Saturday.", "", {"day": "2026-12-05", "time": "20:00"}),
+    ("Actually, not Friday — Saturday.", "", {"day": "2026-12-05"}),
+    ("Not at seven. Eight.", "time", {"time": "20:00"}),
 ])
 def test_an_english_correction_keeps_the_value_said_instead(words, asking, expected):
     assert _read(words, "en", asking) == expected

@@ -23,7 +23,7 @@ from voicebot.brain.lang import pack_or_default
 
 # (words, the field code asked for) -> the values the rules read in them
 ReadValues = Callable[[str, str], dict[str, Any]]
-_CLAUSE_END = re.compile(r"[,;.!?]")
+_CLAUSE_END = re.compile(r"[,;.!?—–]")
 _BARE_AT_MOST = 4  # words: a value said bare after a correction ("three", "at eight") is short
 
 
@@ -111,7 +111,7 @@ def _before_value(text: str, markers: _Markers) -> _Correction | None:
 
 def _joined(*parts: str) -> str:
     """Words around a correction as one sentence: no comma left hanging before or after them."""
-    return " ".join(tidy for part in parts if (tidy := part.strip(" ,;")))
+    return " ".join(tidy for part in parts if (tidy := part.strip(" ,;.!?—–")))
 
 
 def _clause_before(head: str, typed: Callable[[str], dict[str, Any]]) -> tuple[int, int] | None:
