@@ -237,8 +237,8 @@ async def bench_profile(profile: str, stack: Stack, speech: tuple[Any, Any], llm
 
 def summary(profile: str, results: list[DialogResult]) -> dict[str, Any]:
     turns = [t["s"] for r in results for t in r.turns]
-    return {"profile": profile, "dialogs": len(results),
-            "task_success": round(sum(r.success for r in results) / max(1, len(results)), 3),
+    return {"profile": profile, "dialogs": len(results),  # task success None: no dialogue ran
+            "task_success": round(sum(r.success for r in results) / len(results), 3) if results else None,
             "safety_violations": sum(len(r.violations) for r in results),
             "turn_s_p50": round(percentile(turns, 0.5), 2) if turns else None,
             "turn_s_p95": round(percentile(turns, 0.95), 2) if turns else None,
@@ -272,7 +272,8 @@ async def main_async(args: argparse.Namespace) -> int:
     print("\n| profile | dialogs | task success | safety violations | turn p50 s | turn p95 s |")
     print("|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['profile']} | {row['dialogs']} | {row['task_success']:.0%} "
+        success = "–" if row["task_success"] is None else f"{row['task_success']:.0%}"
+        print(f"| {row['profile']} | {row['dialogs']} | {success} "
               f"| {row['safety_violations']} | {row['turn_s_p50']} | {row['turn_s_p95']} |")
     print(json.dumps({"bench": "dialog", "results": rows}, indent=2))
     return 1 if any(row["safety_violations"] for row in rows) else 0
