@@ -18,7 +18,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from voicebot.brain.decide.decisions import Urgent, name_of
-from voicebot.brain.decide.state import PendingAction, SessionState
+from voicebot.brain.decide.state import SessionState
 from voicebot.brain.metrics import (
     GUARD_BLOCKS,
     HANDOFFS,
@@ -66,15 +66,14 @@ class TurnGate:
         """Nothing the blocked turn made is stored, and its state changes are dropped; but the
         exchange itself is: a read-back said again after the block is the one a yes answers."""
         request = turn.request
-        said = Turn(request.turn_id, request.text, turn.record.get("reply") or
-                    self.sentences_in(turn.language).blocked)
-        read_back = self._read_back_waiting(turn)
+        said = Turn(request.turn_id, request.text, turn.record["reply"])  # as ``_blocked`` said it
+        read_back = turn.state_before.pending if turn.state_before is not None else None
 
         def blocked(history: Any) -> None:
             history.turns.append(said)
             pending = history.state.pending
-            if read_back and pending is not None and pending.action == read_back.action:
-                history.state.read_back(request.turn_id)
+            if read_back is not None and pending is not None and pending.action == read_back.action:
+                history.state.read_back(request.turn_id)  # ``_blocked`` read it back again
 
         try:
             await self.store.update(request.user_id, request.session_id, blocked,
@@ -210,12 +209,6 @@ class TurnGate:
         turn.record["reply"] = blocked
         return brain_pb2.RespondEvent(turn_id=turn.request.turn_id, blocked=brain_pb2.Blocked(
             text=blocked, reason="off_topic"))
-
-    @staticmethod
-    def _read_back_waiting(turn: TurnRun) -> PendingAction | None:
-        """The read-back that waited for the caller's answer when the turn began."""
-        before = turn.state_before
-        return before.pending if before is not None else None
 
 
 def _with_queued(first: Any, queue: asyncio.Queue) -> list[Any]:

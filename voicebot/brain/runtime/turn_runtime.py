@@ -80,8 +80,7 @@ class SessionRuntime(TurnGate):
 
     def still_asked_in(self, language: str, state: SessionState) -> str:
         """What the caller was asked and has not answered, in a turn's language."""
-        still_asked = getattr(self.dialogue_in(language), "still_asked", None)
-        return still_asked(state) if still_asked is not None else ""
+        return self.dialogue_in(language).still_asked(state)
 
     async def _main(self, turn: TurnRun, passed: asyncio.Event, events: asyncio.Queue) -> None:
         await self.dialogue_in(turn.language).run(turn, passed, events)
